@@ -99,6 +99,11 @@ validateValues: fail early, with the value to change and how, on what the schema
 {{- if not $groups }}
 {{- $errors = append $errors "no worker group is enabled: set worker.enabled=true, gpuWorker.enabled=true or add an additionalWorkerGroups entry" }}
 {{- end }}
+{{- range $name := list "worker" "gpu" }}
+{{- if hasKey $.Values.additionalWorkerGroups $name }}
+{{- $errors = append $errors (printf "additionalWorkerGroups.%s: the name %q belongs to a built-in group: rename the entry" $name $name) }}
+{{- end }}
+{{- end }}
 {{- range $g := $groups }}
 {{- $v := $g.values }}
 {{- if not (and (le (int $v.minReplicas) (int $v.replicas)) (le (int $v.replicas) (int $v.maxReplicas))) }}

@@ -1,0 +1,211 @@
+"""The Helm chart, rendered and linted with the real Helm library (helm-python-sdk)."""
+
+import re
+import tomllib
+
+import pytest
+import yaml
+
+from training.kube.render import ChartError, lint_chart, render_chart
+from training.kube.rules import node_resources, shared_mounts
+from training.kube.schemas import repo_root
+
+REPO = repo_root()
+CHART = REPO / "helm" / "raytrain-cluster"
+
+VALUES_FILES = sorted(p.name for p in CHART.glob("values*.yaml"))
+
+
+def render(values_name: str | None = None, **set_values):
+    files = [CHART / values_name] if values_name and values_name != "values.yaml" else []
+    return render_chart(CHART, files, set_values or None)
+
+
+def by_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def groups(cluster):
+    spec = cluster["spec"]
+    return [("head", spec["headGroupSpec"])] + [(g["groupName"], g) for g in spec["workerGroupSpecs"]]
+
+
+def test_values_files_are_the_three_places_it_runs():
+    assert VALUES_FILES == ["values-gpu.yaml", "values-kind.yaml", "values.yaml"]
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_every_values_file_renders_a_secure_training_cluster(values_name):
+    objects = render(values_name)
+    [cluster] = by_kind(objects, "RayCluster")
+    assert cluster["metadata"]["name"] == "raytrain"
+    spec = cluster["spec"]
+    assert spec["authOptions"] == {"mode": "token"}
+    assert spec["headGroupSpec"]["serviceType"] == "ClusterIP"
+    assert "worker" in [name for name, _ in groups(cluster)]
+    for name, group in groups(cluster):
+        pod = group["template"]["spec"]
+        container = pod["containers"][0]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        resources = container["resources"]
+        assert resources["requests"] == resources["limits"], name
+        assert {"name": "shared", "mountPath": "/mnt/shared"} in container["volumeMounts"], name
+        if name != "head":
+            params = group["rayStartParams"]
+            assert params["num-cpus"] == resources["limits"]["cpu"], name
+            if "nvidia.com/gpu" in resources["limits"]:
+                assert params["num-gpus"] == resources["limits"]["nvidia.com/gpu"]
+    assert shared_mounts(spec) == ["/mnt/shared"]
+    [policy] = by_kind(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"ray.io/cluster": "raytrain"}
+    assert not [s for s in by_kind(objects, "Service") if s["spec"].get("type", "ClusterIP") != "ClusterIP"]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == "raytrain" and labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_strict_lint_is_clean(values_name):
+    files = [CHART / values_name] if values_name != "values.yaml" else []
+    assert lint_chart(CHART, files, strict=True) == []
+
+
+def test_image_tag_and_ray_version_follow_the_pins_in_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    [ray_pin] = [d for d in project["dependencies"] if re.match(r"ray\[", d)]
+    ray_version = ray_pin.split("==")[1]
+    [cluster] = by_kind(render(), "RayCluster")
+    assert cluster["spec"]["rayVersion"] == ray_version
+    expected = f"ghcr.io/raytrain/raytrain:{project['version']}-ray{ray_version}"
+    for _, group in groups(cluster):
+        assert group["template"]["spec"]["containers"][0]["image"] == expected
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == project["version"] and chart["version"] == project["version"]
+    for manifest in (REPO / "manifests").glob("rayjob*.yaml"):
+        assert f"image: {expected}" in manifest.read_text(), manifest
+
+
+def test_kind_values_hold_a_three_worker_job_on_one_node():
+    objects = render("values-kind.yaml")
+    [cluster] = by_kind(objects, "RayCluster")
+    nodes = node_resources(cluster["spec"])
+    assert nodes == [{"CPU": 1.0, "GPU": 0.0}] * 3  # head + 2 workers, 1 CPU each
+    volume = cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"][1]
+    assert volume["hostPath"]["path"] == "/mnt/raytrain-shared"
+    assert not by_kind(objects, "PersistentVolumeClaim")  # hostPath: nothing to claim
+    kind_config = yaml.safe_load((REPO / "manifests" / "kind-config.yaml").read_text())
+    assert kind_config["nodes"][0]["extraMounts"][0]["containerPath"] == "/mnt/raytrain-shared"
+
+
+def test_gpu_values_add_a_gpu_group_with_the_gpu_image():
+    [cluster] = by_kind(render("values-gpu.yaml"), "RayCluster")
+    [gpu] = [g for name, g in groups(cluster) if name == "gpu"]
+    container = gpu["template"]["spec"]["containers"][0]
+    assert container["image"].endswith("-ray2.55.1-gpu")
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert gpu["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert gpu["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+def test_nfs_storage_creates_a_bound_pv_and_claim():
+    objects = render(**{"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"})
+    [pv] = by_kind(objects, "PersistentVolume")
+    [pvc] = by_kind(objects, "PersistentVolumeClaim")
+    assert pv["spec"]["nfs"] == {"server": "10.0.0.2", "path": "/exports/raytrain"}
+    assert pv["spec"]["accessModes"] == pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pv["spec"]["claimRef"] == {"namespace": "default", "name": pvc["metadata"]["name"]}
+    [cluster] = by_kind(objects, "RayCluster")
+    for _, group in groups(cluster):
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in group["template"]["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v]
+        assert claims == [pvc["metadata"]["name"]]
+
+
+def test_existing_claim_is_mounted_and_nothing_is_created():
+    objects = render(**{"sharedStorage.existingClaim": "team-rwx"})
+    assert not by_kind(objects, "PersistentVolumeClaim") and not by_kind(objects, "PersistentVolume")
+    [cluster] = by_kind(objects, "RayCluster")
+    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "team-rwx"}} in \
+        cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+
+
+def test_autoscaling_additional_groups_and_podmonitor():
+    objects = render(**{
+        "autoscaling.enabled": True,
+        "additionalWorkerGroups": {"highmem": {"replicas": 1, "minReplicas": 0, "maxReplicas": 3,
+                                               "resources": {"cpu": 8, "memory": "64Gi"}}},
+        "metrics.podMonitor.enabled": True,
+        "networkPolicy.allowFrom": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}],
+    })
+    [cluster] = by_kind(objects, "RayCluster")
+    spec = cluster["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["autoscalerOptions"]["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["autoscalerOptions"]["resources"]["requests"] == spec["autoscalerOptions"]["resources"]["limits"]
+    [highmem] = [g for name, g in groups(cluster) if name == "highmem"]
+    assert highmem["rayStartParams"]["num-cpus"] == "8" and highmem["maxReplicas"] == 3
+    [monitor] = by_kind(objects, "PodMonitor")
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "interval": "30s"}]
+    [policy] = by_kind(objects, "NetworkPolicy")
+    assert {"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}],
+            "ports": [{"protocol": "TCP", "port": 8265}, {"protocol": "TCP", "port": 10001}]} in policy["spec"]["ingress"]
+
+
+BAD_VALUES = [
+    # (values, what the message must say) -- values.schema.json
+    ({"worker": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    ({"rayVersion": "2.55"}, "/rayVersion"),
+    ({"worker": {"resources": {"cpu": "500m"}}}, "/worker/resources/cpu"),
+    ({"service": {"type": "ExternalName"}}, "/service/type"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"sharedStorage": {"mountPath": "mnt/shared"}}, "/sharedStorage/mountPath"),
+    ({"gpuWorker": {"enabled": True, "gpus": 0}}, "/gpuWorker/gpus"),
+    ({"additionalWorkerGroups": {"worker": {"replicas": 1, "minReplicas": 0, "maxReplicas": 1,
+                                            "resources": {"cpu": 1, "memory": "1Gi"}}}}, "additionalWorkerGroups.worker: the name \"worker\" belongs to a built-in group"),
+    ({"additionalWorkerGroups": {"Big_Group": {}}}, "/additionalWorkerGroups"),
+    ({"shmSize": "lots"}, "/shmSize"),
+    ({"bogus": 1}, "additional properties 'bogus' not allowed"),
+    # validateValues
+    ({"sharedStorage": {"nfs": {"server": "10.0.0.2"}}}, "sharedStorage.nfs.path is empty"),
+    ({"sharedStorage": {"nfs": {"path": "/exports"}}}, "neither sharedStorage.nfs.server nor sharedStorage.existingClaim"),
+    ({"sharedStorage": {"existingClaim": "a", "hostPath": "/data"}}, "set only one of existingClaim"),
+    ({"image": {"tag": "0.1.0-ray2.54.0"}}, "carries Ray 2.54.0 but rayVersion is 2.55.1"),
+    ({"rayVersion": "2.50.0", "image": {"tag": "custom"}}, "auth.enabled needs Ray >= 2.52.0"),
+    ({"worker": {"replicas": 5, "maxReplicas": 4}}, "worker: need minReplicas <= replicas <= maxReplicas"),
+    ({"worker": {"rayStartParams": {"num-cpus": "2"}}}, "worker.rayStartParams.num-cpus is set"),
+    ({"worker": {"enabled": False}}, "no worker group is enabled"),
+    ({"fullnameOverride": "1cluster"}, "is not a DNS-1035 label"),
+]
+
+
+@pytest.mark.parametrize("values,expected", BAD_VALUES, ids=[e for _, e in BAD_VALUES])
+def test_bad_values_fail_with_a_clear_message(values, expected):
+    with pytest.raises(ChartError) as caught:
+        render_chart(CHART, (), values)
+    assert expected in str(caught.value)
+
+
+def test_every_value_is_documented_in_values_yaml_and_the_readme():
+    text = (CHART / "values.yaml").read_text()
+    readme = (CHART / "README.md").read_text()
+    params = re.findall(r"## @param (\S+)", text)
+    documented_leaves = []
+
+    def leaves(node, prefix=""):
+        for key, value in node.items():
+            path = f"{prefix}{key}"
+            if path in params:
+                documented_leaves.append(path)
+            elif isinstance(value, dict) and value:
+                leaves(value, path + ".")
+            else:
+                documented_leaves.append(f"UNDOCUMENTED {path}")
+
+    leaves(yaml.safe_load(text))
+    assert not [p for p in documented_leaves if p.startswith("UNDOCUMENTED")]
+    for param in params:
+        assert f"| `{param}` |" in readme, param
