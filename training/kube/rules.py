@@ -28,6 +28,7 @@ MAX_RAYJOB_NAME = 47
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MIN_AUTH_RAY_VERSION = (2, 52, 0)
 DASHBOARD_PORT = 8265
+SUBMISSION_MODES = ("K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode")
 # Volumes that live and die with the pod: never the shared storage.
 POD_LOCAL_VOLUMES = {"emptyDir", "configMap", "secret", "downwardAPI", "projected"}
 
@@ -189,6 +190,9 @@ def check_job_spec(doc: Doc, spec: dict) -> list[Problem]:
     selector = spec.get("clusterSelector") or {}
     mode = spec.get("submissionMode", "K8sJobMode")
     backoff = spec.get("backoffLimit")
+    if mode not in SUBMISSION_MODES:
+        out.append(doc.problem("spec.submissionMode", f"is {mode!r}, not one of {', '.join(SUBMISSION_MODES)}.",
+                               "use K8sJobMode (the default)"))
     if spec.get("suspend") and not shutdown:
         out.append(doc.problem("spec.suspend", "a RayJob with shutdownAfterJobFinishes false cannot be suspended.",
                                "set shutdownAfterJobFinishes: true or remove suspend"))
@@ -329,14 +333,17 @@ class _Parser(argparse.ArgumentParser):
 def parse_entrypoint(entrypoint: Any) -> RaytrainRun | None:
     """The `raytrain run` command of a RayJob entrypoint; None when the entrypoint runs something else."""
     try:
-        tokens = shlex.split(str(entrypoint or ""))
+        # punctuation_chars: "auto; echo" and "a&&b" split at the shell operators, as the shell would.
+        lexer = shlex.shlex(str(entrypoint or ""), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
     except ValueError as exc:
         raise EntrypointError(f"cannot be split into words ({exc})") from exc
     for i, token in enumerate(tokens[:-1]):
         if Path(token).name == "raytrain" and tokens[i + 1] == "run":
             args = []
             for word in tokens[i + 2:]:
-                if word in ("&&", "||", ";", "|"):
+                if word and set(word) <= set("&|;()<>"):
                     break
                 args.append(word)
             parser = _Parser(prog="raytrain run", add_help=False)

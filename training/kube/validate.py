@@ -224,20 +224,25 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
                   chart: Path | None = None) -> list[Problem]:
     problems: list[Problem] = []
     for docs in sets:
+        broken: list[Doc] = []  # objects whose shape is wrong: the cross-checks would misread them
         for doc in docs:
             if doc.kind == "Cluster" and str(doc.obj.get("apiVersion", "")).startswith("kind.x-k8s.io/"):
                 continue  # a kind cluster config (manifests/kind-config.yaml), not a Kubernetes object
             if not doc.name:
                 problems.append(doc.problem("metadata.name", "is missing.", "give the object a name"))
+                broken.append(doc)
                 continue
             if str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP:
                 schema_problems = check_ray_schema(doc, crd_dir)
-                problems.extend(schema_problems)
                 if not schema_problems:  # the rules assume the shapes the schema guarantees
-                    problems.extend(rules.check_ray_object(doc))
+                    schema_problems = rules.check_ray_object(doc)
             else:
-                problems.extend(check_core_schema(doc))
-        problems.extend(rules.cross_check(docs, lambda name: target_cluster(name, docs, values, chart)))
+                schema_problems = check_core_schema(doc)
+            problems.extend(schema_problems)
+            if schema_problems:
+                broken.append(doc)
+        checkable = [d for d in docs if not any(d is b for b in broken)]
+        problems.extend(rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
     return problems
 
 
