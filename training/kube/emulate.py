@@ -363,7 +363,8 @@ class Emulation:
         env = cluster.client_env()
         env["PYTHONUNBUFFERED"] = "1"
         self.say(f"submitter (K8sJobMode), run with /bin/bash -c:\n  {script}")
-        for run in range(SUBMITTER_BACKOFF_LIMIT + 1):
+        backoff = int((self.job.spec.get("submitterConfig") or {}).get("backoffLimit", SUBMITTER_BACKOFF_LIMIT))
+        for run in range(backoff + 1):
             finished = self.run_submitter(script, env)
             if not finished:  # deadline passed, or the head is gone
                 return
@@ -371,7 +372,7 @@ class Emulation:
             if info and info.get("status") in TERMINAL:
                 return self.finish(info)
             self.say(f"submitter exited with the job {info.get('status') if info else 'unknown'}; the submitter "
-                     f"Job retries (backoffLimit {SUBMITTER_BACKOFF_LIMIT}): run {run + 2}")
+                     f"Job retries (submitterConfig.backoffLimit {backoff}): run {run + 2}")
         # The submitter Job reached its backoff limit: KubeRay marks the RayJob Failed.
         self.status.deployment, self.status.reason = "Failed", "SubmissionFailed"
         self.status.message = "the submitter Job failed after its retries; see its log above"

@@ -739,3 +739,16 @@ def kill_node(state_file: Path, name: str) -> list[int]:
         except ProcessLookupError:
             pass
     return list(dict.fromkeys(pids))
+
+
+def node_processes(state_file: Path, name: str, contains: str = "") -> list[int]:
+    """PIDs of one node's processes whose command line contains `contains` (e.g. a job's entrypoint)."""
+    state = json.loads(Path(state_file).read_text())
+    node = next((n for n in state["nodes"] if n["name"] == name), None)
+    if node is None:
+        raise ClusterError(f"no node {name!r} in {state_file}")
+    pids = set(tree_pids(node["pid"]) if node.get("pid") else []) | set(pids_mentioning(node["temp_dir"]))
+    if node.get("netns"):
+        pids |= set(netns_pids(node["netns"]))
+    table = _proc_table()
+    return sorted(pid for pid in pids if pid in table and contains in " ".join(table[pid][2]))
