@@ -232,15 +232,13 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
                 problems.append(doc.problem("metadata.name", "is missing.", "give the object a name"))
                 broken.append(doc)
                 continue
-            if str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP:
-                schema_problems = check_ray_schema(doc, crd_dir)
-                if not schema_problems:  # the rules assume the shapes the schema guarantees
-                    schema_problems = rules.check_ray_object(doc)
-            else:
-                schema_problems = check_core_schema(doc)
+            is_ray = str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP
+            schema_problems = check_ray_schema(doc, crd_dir) if is_ray else check_core_schema(doc)
             problems.extend(schema_problems)
             if schema_problems:
                 broken.append(doc)
+            elif is_ray:  # the rules assume the shapes the schema guarantees
+                problems.extend(rules.check_ray_object(doc))
         checkable = [d for d in docs if not any(d is b for b in broken)]
         problems.extend(rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
     return problems
