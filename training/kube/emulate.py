@@ -473,3 +473,5 @@ def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Pa
                       f"stop it with: scripts/ray-cluster stop {cluster.run_id}", file=out, flush=True)
             else:
                 cluster.stop()
+                print(f"cluster {cluster.run_id} removed; the shared storage stays at {cluster.shared_dir}",
+                      file=out, flush=True)

@@ -14,7 +14,8 @@ A local cluster (`LocalCluster`) gives every node its own address:
 
 Everything a run creates is named `rte<6 hex>` (temp dir /tmp/rte<id>, namespaces rte<id>-N, host veth rte<id>h)
 and recorded in /tmp/rte<id>/state.json with the owner's PID, so a later run removes the leftovers of a killed one
-(`clean_stale`) and never touches Ray clusters that other people started.
+(`clean_stale`) and never touches Ray clusters that other people started. The shared directory
+(/tmp/rte<id>-shared unless given) is kept, as the chart keeps its volume: runs and checkpoints stay readable.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def parse_quantity(value: Any, where: str = "quantity") -> float:
     """A Kubernetes resource quantity ("500m", "2", "4Gi", "1e3") as a number."""
     if isinstance(value, (int, float)):
         return float(value)
-    match = re.fullmatch(r"\s*([0-9.]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+    match = re.fullmatch(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
     if not match or match.group(2) not in _SUFFIXES:
         raise ClusterError(f"{where}: {value!r} is not a Kubernetes quantity (use e.g. 500m, 2, 4Gi)")
     return float(match.group(1)) * _SUFFIXES[match.group(2)]
@@ -440,11 +441,12 @@ def _list_netns(run_id: str) -> list[str]:
     return [n for n in names if n.startswith(f"{run_id}-")]
 
 
-def clean_stale(out: IO[str] | None = None) -> list[str]:
+def clean_stale(out: IO[str] | None = None, root: Path | None = None) -> list[str]:
     """Remove what killed runs left behind (processes, namespaces, veths, temp dirs): only runs named
-    rte<id> whose owner process is gone and that were not started with keep=True."""
+    rte<id> whose owner process is gone and that were not started with keep=True. `root` is for tests: a
+    directory other than RUN_ROOT, where namespaces without a run directory are left alone."""
     removed = []
-    for run_dir in sorted(RUN_ROOT.glob(f"{RUN_PREFIX}[0-9a-f]*")):
+    for run_dir in sorted((root or RUN_ROOT).glob(f"{RUN_PREFIX}[0-9a-f]*")):
         if not re.fullmatch(rf"{RUN_PREFIX}[0-9a-f]{{6}}", run_dir.name) or not run_dir.is_dir():
             continue
         try:
@@ -457,7 +459,7 @@ def clean_stale(out: IO[str] | None = None) -> list[str]:
             continue
         _remove_run(run_dir, state)
         removed.append(run_dir.name)
-    if os.geteuid() == 0:  # namespaces and host veths whose run dir is already gone
+    if root is None and os.geteuid() == 0:  # namespaces and host veths whose run dir is already gone
         for ns in _sh("ip", "netns", "list", check=False).stdout.split("\n"):
             match = re.match(rf"({RUN_PREFIX}[0-9a-f]{{6}})-", ns)
             if match and not (RUN_ROOT / match.group(1)).exists():
@@ -514,7 +516,8 @@ class LocalCluster:
                 break
             except FileExistsError:
                 continue
-        self.shared_dir = Path(shared_dir) if shared_dir else self.run_dir / "shared"
+        # Like the chart's volume (keepOnUninstall), the shared storage outlives the cluster: it is not removed.
+        self.shared_dir = Path(shared_dir) if shared_dir else RUN_ROOT / f"{self.run_id}-shared"
         self.shared_dir.mkdir(parents=True, exist_ok=True)
         self.token: str | None = None
         self.token_path = self.run_dir / "auth_token"
@@ -752,3 +755,191 @@ def node_processes(state_file: Path, name: str, contains: str = "") -> list[int]
         pids |= set(netns_pids(node["netns"]))
     table = _proc_table()
     return sorted(pid for pid in pids if pid in table and contains in " ".join(table[pid][2]))
+
+
+# --------------------------------------------------------------------------------------------------- plain VMs
+# `scripts/ray-cluster` runs these: one Ray node on this machine, started with the same `ray start` command as an
+# emulated node, kept in the background (`--block` under its own session) and recorded in TEMP_DIR/node.json.
+
+NODE_FILE = "node.json"
+
+
+def start_vm_node(*, head_address: str | None, temp_dir: Path, node_ip: str, num_cpus: float | None,
+                  token_file: Path | None, ports: Ports, auth: bool, out: IO[str] = sys.stdout,
+                  timeout: float = 120.0) -> dict:
+    """Start a head (head_address None) or a worker joining head_address; returns the recorded node."""
+    temp_dir = Path(temp_dir).absolute()
+    if (temp_dir / NODE_FILE).exists():
+        old = json.loads((temp_dir / NODE_FILE).read_text())
+        if process_start(old["pid"]) == old.get("started"):
+            raise ClusterError(f"a Ray node started from {temp_dir} is running (pid {old['pid']}); stop it first: "
+                               f"scripts/ray-cluster stop {temp_dir}")
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    token = None
+    if auth:
+        token_file = Path(token_file) if token_file else temp_dir / "auth_token"
+        if not token_file.exists():
+            if head_address:
+                raise ClusterError(f"token auth is on but {token_file} does not exist. Fix: copy the head's token "
+                                   "file to this machine and pass --token-file, or start the cluster with --no-auth")
+            token_file.write_text(secrets.token_hex(32))
+            token_file.chmod(0o600)
+        token = token_file.read_text().strip()
+    spec = NodeSpec(name="head" if head_address is None else "worker", group="vm", head=head_address is None,
+                    num_cpus=num_cpus)
+    cmd = ray_start_command(spec, ray_bin=str(Path(sys.executable).parent / "ray"), node_ip=node_ip,
+                            temp_dir=str(temp_dir / "ray"), ports=ports, head_address=head_address,
+                            dashboard_host=node_ip)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if auth:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
+    log = temp_dir / "node.log"
+    with open(log, "ab") as handle:
+        proc = subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=temp_dir)
+    record = {"pid": proc.pid, "started": process_start(proc.pid), "temp_dir": str(temp_dir), "log": str(log),
+              "node_ip": node_ip, "ports": asdict(ports), "token_file": str(token_file) if auth else None,
+              "head": head_address is None, "gcs_address": head_address or f"{node_ip}:{ports.gcs}"}
+    if head_address is None:
+        record["dashboard_url"] = f"http://{node_ip}:{ports.dashboard}"
+        try:
+            wait_dashboard(record["dashboard_url"], token, timeout)
+        except ClusterError:
+            kill_pids(tree_pids(proc.pid) + pids_mentioning(str(temp_dir)))
+            raise ClusterError(f"the head did not come up within {timeout:.0f}s; see {log}") from None
+    else:
+        deadline = time.monotonic() + timeout
+        while not (temp_dir / "ray" / "session_latest").exists() or proc.poll() is not None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"the worker did not join {head_address}; see {log}")
+            time.sleep(0.5)
+    (temp_dir / NODE_FILE).write_text(json.dumps(record, indent=1))
+    return record
+
+
+def stop_vm_node(temp_dir: Path) -> bool:
+    """Stop the node started from temp_dir: its process tree and anything naming the directory; nothing else."""
+    temp_dir = Path(temp_dir).absolute()
+    try:
+        record = json.loads((temp_dir / NODE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    pids = pids_mentioning(str(temp_dir))
+    if process_start(record["pid"]) == record.get("started"):
+        pids += tree_pids(record["pid"])
+    kill_pids(pids)
+    (temp_dir / NODE_FILE).unlink(missing_ok=True)
+    return True
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """Commands behind scripts/ray-cluster (see its usage)."""
+    import argparse
+
+    from ray._private.services import get_node_ip_address
+
+    parser = argparse.ArgumentParser(prog="scripts/ray-cluster")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def node_args(p):
+        p.add_argument("--temp-dir", default="/tmp/raytrain-node", help="this node's Ray temp dir and records")
+        p.add_argument("--node-ip", default=None, help="address the other nodes reach this one at")
+        p.add_argument("--num-cpus", type=float, default=None)
+        p.add_argument("--token-file", default=None, help="the cluster's auth token (default: TEMP_DIR/auth_token)")
+        p.add_argument("--no-auth", action="store_true", help="turn Ray token auth off (not recommended)")
+        p.add_argument("--free-ports", action="store_true", help="pick free ports instead of Ray's defaults")
+
+    head = sub.add_parser("head", help="start the head node here")
+    node_args(head)
+    head.add_argument("--port", type=int, default=6379)
+    head.add_argument("--dashboard-port", type=int, default=8265)
+    join = sub.add_parser("join", help="start a worker node here that joins HEAD:PORT")
+    join.add_argument("address", metavar="HEAD:PORT")
+    node_args(join)
+    status = sub.add_parser("status", help="the cluster's nodes and resources")
+    status.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
+    status.add_argument("--token-file", default=None)
+    submit = sub.add_parser("submit", help="run the training package on the cluster, as the RayJob does")
+    submit.add_argument("config", metavar="CONFIG", help="run config YAML or preset name")
+    submit.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
+    submit.add_argument("--name", required=True, help="run name (same name resumes)")
+    submit.add_argument("--storage", default=SHARED_MOUNT + "/runs", help="shared storage path on every node")
+    submit.add_argument("--token-file", default=None)
+    stop = sub.add_parser("stop", help="stop the node started from TEMP_DIR, or an emulated cluster rte<id>")
+    stop.add_argument("target", metavar="TEMP_DIR|RUN_ID")
+    kill = sub.add_parser("kill-node", help="SIGKILL one node of an emulated cluster (failure drills)")
+    kill.add_argument("run_id")
+    kill.add_argument("node")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command in ("head", "join"):
+            ports = Ports.pick() if args.free_ports else Ports()
+            if args.command == "head":
+                ports.gcs, ports.dashboard = args.port, args.dashboard_port
+            record = start_vm_node(
+                head_address=args.address if args.command == "join" else None, temp_dir=Path(args.temp_dir),
+                node_ip=args.node_ip or get_node_ip_address(), num_cpus=args.num_cpus,
+                token_file=Path(args.token_file) if args.token_file else None, ports=ports, auth=not args.no_auth)
+            if record["head"]:
+                token = f" --token-file {record['token_file']}" if record["token_file"] else ""
+                print(f"head started (pid {record['pid']}): GCS {record['gcs_address']}, dashboard "
+                      f"{record['dashboard_url']}\n  on each worker machine: scripts/ray-cluster join "
+                      f"{record['gcs_address']}{token}"
+                      + (f"\n  (copy {record['token_file']} there first)" if token else ""))
+            else:
+                print(f"worker started (pid {record['pid']}), joined {record['gcs_address']}")
+            return 0
+        if args.command == "stop":
+            target = args.target
+            if re.fullmatch(rf"{RUN_PREFIX}[0-9a-f]{{6}}", target):
+                ok = stop_run(target)
+            else:
+                ok = stop_vm_node(Path(target))
+            print(f"stopped {target}" if ok else f"nothing to stop at {target}")
+            return 0 if ok else 1
+        if args.command == "kill-node":
+            pids = kill_node(RUN_ROOT / args.run_id / "state.json", args.node)
+            print(f"killed {len(pids)} processes of {args.node}")
+            return 0
+        token = Path(args.token_file).read_text().strip() if args.token_file else None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        if args.token_file:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(Path(args.token_file).absolute()))
+        if args.command == "status":
+            wait_dashboard(args.address, token, 30)
+            for node in alive_nodes(args.address, token):
+                print(f"{node['node_ip']:<16} {'head' if node.get('is_head_node') else 'worker':<7} "
+                      f"{node.get('resources_total')}")
+            return 0
+        return submit_training(args.config, args.address, args.name, args.storage, env)
+    except ClusterError as err:
+        print(f"scripts/ray-cluster: {err}", file=sys.stderr)
+        return 1
+
+
+def submit_training(config: str, address: str, name: str, storage: str, env: dict[str, str]) -> int:
+    """What the RayJob does, without Kubernetes: the config file as the working dir's job.yaml, the same
+    submitter command as KubeRay's K8sJobMode, `raytrain run job.yaml` on the head."""
+    import tempfile
+
+    from training.kube.emulate import JobInput, submitter_script
+
+    with tempfile.TemporaryDirectory(prefix="raytrain-submit-") as work:
+        path = Path(config)
+        if path.is_file():
+            shutil.copy(path, Path(work) / "job.yaml")
+            ref = "job.yaml"
+        else:
+            ref = config  # a preset name: the package on the head has it
+        job = JobInput(Path("<submit>"), {"metadata": {"name": name}, "spec": {}}, {})
+        entrypoint = f"raytrain run {ref} --name {name} --storage {storage} --address auto"
+        job_id = f"{name}-{secrets.token_hex(3)}"
+        script = submitter_script(job, address.rstrip("/"), job_id, {"working_dir": work}, entrypoint)
+        return subprocess.run(["/bin/bash", "-c", script], env={**env, "PYTHONUNBUFFERED": "1"}).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,294 @@
+"""`raytrain emulate` on real local multi-node Ray clusters: success on the kind values, recovery from a lost
+worker node and from a killed driver, token auth, failures, teardown. Each test cleans up after itself.
+
+    .venv/bin/python -m pytest -m integration tests/integration/test_emulate.py -v --durations=0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+
+try:
+    from tests.support import checks
+except ImportError:  # plain `pytest` without the repo root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.support import checks
+
+from training.kube import localcluster
+from training.kube.emulate import emulate
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
+KIND_VALUES = REPO / "helm" / "raytrain-cluster" / "values-kind.yaml"
+CRDS = Path(os.environ.get("RAYTRAIN_KUBERAY_CRDS") or REPO.parent / "shared" / "kuberay-crds-v1.7.0")
+EPOCHS = 30  # the manifests train 60; half keeps the failure tests short and still spans 6 checkpoints
+INTERVAL = 5  # run.checkpoint_every in the manifests
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+
+def variant(src: Path, dest: Path, job: dict | None = None, spec: dict | None = None) -> Path:
+    """A copy of a RayJob manifest with the run config (ConfigMap job.yaml) and RayJob spec fields replaced."""
+    docs = list(yaml.safe_load_all(src.read_text()))
+    for doc in docs:
+        if doc.get("kind") == "ConfigMap" and job:
+            cfg = yaml.safe_load(doc["data"]["job.yaml"])
+            for section, fields in job.items():
+                cfg.setdefault(section, {}).update(fields)
+            doc["data"]["job.yaml"] = yaml.safe_dump(cfg)
+        if doc.get("kind") == "RayJob" and spec:
+            doc["spec"].update(spec)
+    dest.write_text(yaml.safe_dump_all(docs))
+    return dest
+
+
+def tiny_job(dest: Path, entrypoint: str, workers: int = 0, **spec) -> Path:
+    """A RayJob with its own small cluster (token auth on) and an arbitrary entrypoint."""
+    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
+    job = {
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "tiny"},
+        "spec": {"entrypoint": entrypoint, **spec, "rayClusterSpec": {
+            "rayVersion": "2.55.1", "authOptions": {"mode": "token"},
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
+            "workerGroupSpecs": [{"groupName": "worker", "replicas": workers, "minReplicas": 0, "maxReplicas": 2,
+                                  "rayStartParams": {}, "template": {"spec": {"containers": [container]}}}]}},
+    }
+    dest.write_text(yaml.safe_dump(job))
+    return dest
+
+
+class Emulation:
+    """`raytrain emulate` as a subprocess, its output collected line by line."""
+
+    def __init__(self, *args: str):
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([RAYTRAIN, "emulate", *args, "--crds", str(CRDS)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, cwd=REPO)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output = ""
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _drain(self, wait: float) -> bool:
+        try:
+            line = self.lines.get(timeout=wait)
+        except queue.Empty:
+            return True
+        if line is None:
+            return False
+        self.output += line
+        return True
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if not self._drain(0.2) or time.monotonic() > deadline:
+                raise AssertionError(f"never saw {what}; output so far:\n{self.output[-4000:]}")
+
+    def run_id(self) -> str:
+        self.wait_for(lambda: re.search(r"^cluster (rte[0-9a-f]{6}):", self.output, re.M) is not None, 180,
+                      "the cluster start")
+        return re.search(r"^cluster (rte[0-9a-f]{6}):", self.output, re.M).group(1)
+
+    def finish(self, timeout: float = 600) -> tuple[int, str, float]:
+        deadline = time.monotonic() + timeout
+        while self._drain(1.0):
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"emulate did not finish in {timeout}s:\n{self.output[-4000:]}")
+        return self.proc.wait(), self.output, time.monotonic() - self.started
+
+
+def assert_torn_down(run_id: str) -> None:
+    assert not (localcluster.RUN_ROOT / run_id).exists(), f"{run_id}: run directory left behind"
+    assert not localcluster.pids_mentioning(str(localcluster.RUN_ROOT / run_id)), f"{run_id}: processes left"
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert run_id not in netns, f"{run_id}: network namespaces left: {netns}"
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"{run_id}h" not in links, f"{run_id}: host veth left"
+
+
+def run_dir(run_id: str, name: str) -> Path:
+    return localcluster.RUN_ROOT / f"{run_id}-shared" / "runs" / name
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+    """Whatever a failing test leaves, the next one must not trip over it: tear down runs this test started."""
+    before = {p.name for p in localcluster.RUN_ROOT.glob("rte*")}
+    yield
+    for path in localcluster.RUN_ROOT.glob("rte*"):
+        if path.name not in before:
+            if path.name.endswith("-shared"):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                localcluster.stop_run(path.name)
+
+
+# --------------------------------------------------------------------------------------------------- tests
+
+def test_rayjob_with_kind_values_succeeds_with_workers_on_several_nodes(tmp_path):
+    """Acceptance: manifests/rayjob.yaml on the chart's kind values, as it is."""
+    run = Emulation(str(REPO / "manifests" / "rayjob.yaml"), "--values", str(KIND_VALUES))
+    run_id = run.run_id()
+    code, output, seconds = run.finish()
+    checks.assert_run_completed(run_dir(run_id, "linear"), 60)
+    print(f"kind-values RayJob: {seconds:.0f}s")
+    assert code == 0, output[-4000:]
+    checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
+    nodes = checks.train_worker_nodes(output)
+    assert len(nodes) >= 2, f"training workers ran on {nodes}, expected at least 2 nodes"
+    assert_torn_down(run_id)
+
+
+def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
+    job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml", job={"train": {"epochs": EPOCHS}})
+    run = Emulation(str(job), "--values", str(KIND_VALUES))
+    run_id = run.run_id()
+    directory = run_dir(run_id, "linear")
+    # Kill mid-interval, after the first checkpoint: epoch 7 of 5-epoch intervals.
+    run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
+    killed = localcluster.kill_node(localcluster.RUN_ROOT / run_id / "state.json", "worker-1")
+    newest_before = max(checks.checkpoint_epochs(directory), default=0)
+    epoch_before = max(checks.metrics_epochs(directory))
+    assert killed, "no processes of worker-1 to kill"
+    code, output, seconds = run.finish()
+    checks.assert_run_completed(directory, EPOCHS)
+    resume = checks.assert_resumed(directory, newest_checkpoint_before=newest_before, epoch_before=epoch_before,
+                                   interval=INTERVAL)
+    print(f"lost worker node: killed at epoch {epoch_before}, newest checkpoint {newest_before}, resumed from "
+          f"{resume['resumed_from_epoch']}; {seconds:.0f}s")
+    assert code == 0, output[-4000:]
+    checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
+    assert "worker node worker-1 is gone" in output
+    assert_torn_down(run_id)
+
+
+def test_killed_driver_is_retried_and_resumes(tmp_path):
+    """rayjob-standalone.yaml (own cluster, backoffLimit 2): the driver dies, KubeRay retries on a new cluster,
+    and the run continues from the checkpoint on the shared storage."""
+    job = variant(REPO / "manifests" / "rayjob-standalone.yaml", tmp_path / "rayjob.yaml",
+                  job={"train": {"epochs": EPOCHS}})
+    run = Emulation(str(job))
+    run_id = run.run_id()
+    directory = run_dir(run_id, "linear-standalone")
+    state = localcluster.RUN_ROOT / run_id / "state.json"
+    run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
+    drivers = localcluster.node_processes(state, "head", "raytrain run job.yaml")
+    assert drivers, "no driver process on the head node"
+    for pid in drivers:
+        os.kill(pid, signal.SIGKILL)
+    newest_before = max(checks.checkpoint_epochs(directory), default=0)
+    epoch_before = max(checks.metrics_epochs(directory))
+    code, output, seconds = run.finish()
+    assert "Retrying" in output, output[-4000:]
+    checks.assert_run_completed(directory, EPOCHS)
+    resume = checks.assert_resumed(directory, newest_checkpoint_before=newest_before, epoch_before=epoch_before,
+                                   interval=INTERVAL)
+    print(f"killed driver: at epoch {epoch_before}, resumed from {resume['resumed_from_epoch']}; {seconds:.0f}s")
+    assert code == 0, output[-4000:]
+    rayjob = checks.rayjob_from_emulate_output(output)
+    checks.assert_job_succeeded(rayjob)
+    assert rayjob["status"]["failed"] == 1 and rayjob["status"]["succeeded"] == 1, rayjob["status"]
+    assert_torn_down(run_id)
+
+
+def test_workers_that_never_fit_fail_fast(tmp_path):
+    job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml", job={"scaling": {"num_workers": 8}})
+    code, output, seconds = Emulation(str(job), "--values", str(KIND_VALUES)).finish(timeout=300)
+    print(f"never-fitting job failed in {seconds:.0f}s")
+    assert code == 1, output[-4000:]
+    checks.assert_job_failed(checks.rayjob_from_emulate_output(output), "AppFailed")
+    assert "scaling.num_workers" in output, output[-4000:]  # the launcher's message names the field to change
+
+
+def test_token_auth_refuses_a_submission_without_the_token_and_keep_then_stop(tmp_path):
+    code, output, _ = Emulation(str(tiny_job(tmp_path / "job.yaml", "python -c 'print(42)'")), "--keep").finish()
+    assert code == 0, output[-4000:]
+    run_id = re.search(r"stop it with: scripts/ray-cluster stop (rte[0-9a-f]{6})", output).group(1)
+    state = json.loads((localcluster.RUN_ROOT / run_id / "state.json").read_text())
+    url = state["dashboard_url"]
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    ray = str(Path(sys.executable).parent / "ray")
+    refused = subprocess.run([ray, "job", "submit", "--address", url, "--", "echo", "hi"], env=bare,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert re.search(r"401|[Uu]nauthori[sz]ed|authentication", refused.stdout + refused.stderr), refused.stderr[-2000:]
+    allowed = subprocess.run([ray, "job", "list", "--address", url], capture_output=True, text=True, timeout=120,
+                             env={**bare, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_path"]})
+    assert allowed.returncode == 0 and "tiny-" in allowed.stdout, allowed.stdout + allowed.stderr
+    stop = subprocess.run([str(REPO / "scripts" / "ray-cluster"), "stop", run_id], capture_output=True, text=True,
+                          timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert_torn_down(run_id)
+
+
+def test_failing_entrypoint_is_app_failed_and_leftovers_of_a_killed_run_are_removed(tmp_path):
+    first = Emulation(str(tiny_job(tmp_path / "sleep.yaml", "sleep 600")))
+    killed_id = first.run_id()
+    first.proc.kill()  # emulate dies without teardown: its nodes (own sessions) live on
+    first.proc.wait()
+    assert localcluster.pids_mentioning(str(localcluster.RUN_ROOT / killed_id)), "the killed run left nothing?"
+    code, output, seconds = Emulation(str(tiny_job(tmp_path / "fail.yaml", "python -c 'import sys; sys.exit(3)'"))).finish()
+    print(f"failing entrypoint: {seconds:.0f}s")
+    assert code == 1, output[-4000:]
+    checks.assert_job_failed(checks.rayjob_from_emulate_output(output), "AppFailed")
+    assert f"removed leftovers of killed runs: {killed_id}" in output
+    assert_torn_down(killed_id)
+
+
+def test_active_deadline_exceeded(tmp_path):
+    run = Emulation(str(tiny_job(tmp_path / "job.yaml", "sleep 600", activeDeadlineSeconds=45)))
+    run_id = run.run_id()
+    code, output, seconds = run.finish(timeout=180)
+    print(f"deadline: {seconds:.0f}s")
+    assert code == 1, output[-4000:]
+    checks.assert_job_failed(checks.rayjob_from_emulate_output(output), "DeadlineExceeded")
+    assert_torn_down(run_id)
+
+
+def test_ctrl_c_tears_down(tmp_path):
+    run = Emulation(str(tiny_job(tmp_path / "job.yaml", "sleep 600")))
+    run_id = run.run_id()
+    run.wait_for(lambda: "Running entrypoint" in run.output, 120, "the entrypoint start")
+    run.proc.send_signal(signal.SIGINT)
+    code, output, _ = run.finish(timeout=120)
+    assert code == 130, output[-4000:]
+    assert_torn_down(run_id)
+
+
+def test_loopback_addresses_without_namespaces(tmp_path):
+    """The non-root path: 127.0.0.x per node and /mnt/shared rewritten to the shared directory."""
+    job = tiny_job(tmp_path / "job.yaml", "python -c \"import ray; ray.init(); "
+                   "n = len([x for x in ray.nodes() if x['Alive']]); open('/mnt/shared/nodes', 'w').write(str(n))\"",
+                   workers=1)
+    shared = tmp_path / "shared"
+    with open(tmp_path / "out.txt", "w+") as out:
+        code = emulate(job, None, False, CRDS, out=out, shared_dir=shared, isolation="loopback")
+        out.seek(0)
+        output = out.read()
+    assert code == 0, output[-4000:]
+    checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
+    assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
+    assert (shared / "nodes").read_text() == "2"
