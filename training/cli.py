@@ -1,0 +1,162 @@
+"""The `raytrain` command: the only module that reads argv and the environment. One function per command.
+
+Environment it reads:
+  RAY_ADDRESS             when --address is not given: join that cluster (set for drivers of submitted Ray jobs)
+  RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate); default: the
+                          checkout's ../shared/kuberay-crds-v1.7.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from training import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _error(message: str) -> None:
+    print(f"raytrain: error: {message}", file=sys.stderr, flush=True)
+
+
+def _load(args: argparse.Namespace):
+    from training.config import load_config
+
+    overrides = list(args.set or [])
+    if args.name:
+        overrides.append(f"run.name={args.name}")
+    if args.storage:
+        overrides.append(f"run.storage_path={args.storage}")
+    return load_config(args.config, overrides, smoke=args.smoke_test)
+
+
+def _address(args: argparse.Namespace) -> Optional[str]:
+    return args.address or os.environ.get("RAY_ADDRESS") or None
+
+
+def _report(outcome) -> int:
+    result = outcome.result
+    metrics = result.get("metrics", {})
+    parts = [f"{result['status']}: {result['epochs_completed']} epochs"]
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        if key in metrics:
+            parts.append(f"{key} {metrics[key]:.4f}")
+    if result.get("resumed_from_epoch") is not None:
+        parts.append(f"resumed from epoch {result['resumed_from_epoch']}")
+    parts.append(f"{result['duration_s']:.1f}s -> {outcome.run_dir}")
+    print("raytrain: " + ", ".join(parts), flush=True)
+    if not outcome.ok:
+        _error(result.get("error", "training failed"))
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from training.launcher import train
+
+    return _report(train(_load(args), address=_address(args)))
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from training.local import train_local
+
+    return _report(train_local(_load(args)))
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from training.config import PRESETS_DIR, preset_names
+
+    for name in preset_names():
+        first = (PRESETS_DIR / f"{name}.yaml").read_text().splitlines()[0].lstrip("# ")
+        print(f"{name:14s} {first}")
+    return EXIT_OK
+
+
+def _crd_dir(args: argparse.Namespace) -> Path:
+    from training.kube.schemas import default_crd_dir
+
+    return Path(args.crds or os.environ.get("RAYTRAIN_KUBERAY_CRDS") or default_crd_dir())
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from training.kube.validate import validate_paths
+
+    problems = validate_paths([Path(p) for p in args.paths], _crd_dir(args))
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        print(f"raytrain validate: {len(problems)} problem(s)", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"raytrain validate: OK ({', '.join(args.paths)})")
+    return EXIT_OK
+
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    from training.kube.emulate import emulate
+
+    return emulate(Path(args.rayjob), Path(args.values) if args.values else None, args.keep, _crd_dir(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raytrain", description="Distributed PyTorch training with Ray Train, on KubeRay or a laptop."
+    )
+    parser.add_argument("--version", action="version", version=f"raytrain {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def config_command(name: str, func: Callable, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("config", metavar="CONFIG", help="a run-config YAML file or a preset name (raytrain presets)")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key, e.g. train.lr=0.01")
+        p.add_argument("--name", help="run name: the directory under the storage path (same name = resume)")
+        p.add_argument("--storage", metavar="PATH", help="storage path for runs (on a cluster: the shared volume)")
+        p.add_argument("--smoke-test", action="store_true", help="apply the config's smoke block: a seconds-long run")
+        p.set_defaults(func=func)
+        return p
+
+    run = config_command("run", cmd_run, "train with Ray Train (embedded local Ray, or join a cluster)")
+    run.add_argument("--address", help="Ray cluster to join, e.g. auto on a head pod (default: $RAY_ADDRESS, "
+                                        "else start an embedded local Ray)")
+    config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
+
+    presets = sub.add_parser("presets", help="list the built-in run configs")
+    presets.set_defaults(func=cmd_presets)
+
+    validate = sub.add_parser("validate", help="check values files, charts and manifests before they reach a cluster")
+    validate.add_argument("paths", nargs="+", metavar="PATH")
+    validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
+    validate.set_defaults(func=cmd_validate)
+
+    emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")
+    emulate.add_argument("rayjob", metavar="RAYJOB.yaml")
+    emulate.add_argument("--values", metavar="VALUES.yaml", help="chart values for a clusterSelector RayJob")
+    emulate.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
+    emulate.set_defaults(func=cmd_emulate)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from training.config import ConfigError
+    from training.launcher import LaunchError
+
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        _error(str(err))
+        return EXIT_USAGE
+    except LaunchError as err:
+        _error(str(err))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

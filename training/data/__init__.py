@@ -1,0 +1,67 @@
+"""Dataset builders by name (the config's `data.name`).
+
+Each builder declares its parameters and what it can feed: map-style torch datasets (`data.loader: torch`,
+sharded by `prepare_data_loader`) and/or Ray Datasets with columns `x` and `y` (`data.loader: ray`, sharded by
+Ray Train and read with `iter_torch_batches`). `prepare` runs once in the driver before any worker starts:
+downloads happen there, under a file lock, so that missing data fails fast instead of in every worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+
+class DataUnavailable(RuntimeError):
+    """The data cannot be found or fetched; the message says how to provide it."""
+
+
+@dataclass(frozen=True)
+class DataContext:
+    root: Path  # where datasets live: <storage_path>/datasets, the shared volume on a cluster
+    seed: int = 0
+
+
+def _nothing(*_args) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    params: type
+    task: str  # "classification" or "regression": picks the loss and the metrics
+    loaders: tuple[str, ...]  # the first is the default
+    torch_datasets: Callable[[Any, DataContext], tuple[Any, Optional[Any]]]  # (train, val or None)
+    ray_datasets: Optional[Callable[[Any, DataContext], tuple[Any, Optional[Any]]]] = None
+    prepare: Callable[[Any, DataContext], None] = _nothing
+    check: Callable = _nothing  # check(run_config, fail) for cross-section rules
+    # Per-batch transform for the Ray Data path, applied on the worker to the dict of tensors.
+    ray_batch: Optional[Callable[[dict], tuple[Any, Any]]] = None
+
+
+def data_context(cfg) -> DataContext:
+    return DataContext(root=Path(cfg.run.storage_path).absolute() / "datasets", seed=cfg.train.seed)
+
+
+def arrays_to_ray(x, y):
+    """A small in-memory (x, y) array pair as a Ray Dataset with columns x and y."""
+    import ray.data
+
+    return ray.data.from_items([{"x": xi, "y": yi} for xi, yi in zip(x, y)])
+
+
+def _registry() -> dict[str, DatasetSpec]:
+    from training.data import digits, linear, mnist
+
+    specs = {"linear": linear.SPEC, "digits": digits.SPEC, "mnist": mnist.SPEC}
+    try:  # the workloads of the later presets register themselves when present
+        from training.data import extra
+
+        specs.update(extra.SPECS)
+    except ImportError:
+        pass
+    return specs
+
+
+DATASETS: dict[str, DatasetSpec] = _registry()

@@ -1,0 +1,48 @@
+"""torchvision MNIST, downloaded once per storage path under a file lock (the driver does it, workers read)."""
+
+from dataclasses import dataclass
+
+from training.data import DataUnavailable, DatasetSpec
+
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+@dataclass
+class MNISTParams:
+    download: bool = True  # false: only use files already staged under <storage>/datasets/MNIST/raw
+
+
+def _root(ctx):
+    return ctx.root
+
+
+def prepare(p: MNISTParams, ctx) -> None:
+    from filelock import FileLock
+    from torchvision.datasets import MNIST
+
+    ctx.root.mkdir(parents=True, exist_ok=True)
+    raw = ctx.root / "MNIST" / "raw"
+    with FileLock(str(ctx.root / ".mnist.lock")):
+        try:
+            MNIST(str(ctx.root), train=True, download=p.download)
+            MNIST(str(ctx.root), train=False, download=p.download)
+        except Exception as err:  # torchvision raises RuntimeError/URLError/OSError depending on what failed
+            raise DataUnavailable(
+                f"MNIST is not available under {raw} and could not be downloaded ({' '.join(str(err).split())[:200]}). "
+                f"Fix: on a machine with internet run `raytrain data mnist --root {ctx.root}`, or copy the files "
+                f"{', '.join(f + '.gz' for f in MNIST_FILES)} into {raw}, then run again."
+            ) from None
+
+
+def torch_datasets(p: MNISTParams, ctx):
+    from torchvision import transforms
+    from torchvision.datasets import MNIST
+
+    tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    return (
+        MNIST(str(ctx.root), train=True, download=False, transform=tf),
+        MNIST(str(ctx.root), train=False, download=False, transform=tf),
+    )
+
+
+SPEC = DatasetSpec(MNISTParams, "classification", ("torch",), torch_datasets, prepare=prepare)

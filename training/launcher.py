@@ -1,0 +1,256 @@
+"""Builds and runs the TorchTrainer: embedded or joined Ray, worker sizing, resume, progress, result.json.
+
+This is the driver side. On a cluster it runs on the head pod as the RayJob's entrypoint (`--address auto`);
+on a laptop it starts an embedded local Ray sized to the machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, TextIO
+
+from training import checkpoints, runs
+from training.config import RunConfig, dump_yaml
+from training.data import DATASETS, DataUnavailable, data_context
+from training.loop import format_row
+
+
+# Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
+# waits for that poll. Half a second keeps checkpoints and failure detection prompt at negligible cost for the
+# handful of workers a job has. An explicit RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in the environment wins.
+CONTROLLER_POLL_INTERVAL_S = "0.5"
+
+
+class LaunchError(RuntimeError):
+    """The run cannot start or did not finish; the message is one paragraph for the user."""
+
+
+@dataclass
+class Outcome:
+    run_dir: Path
+    result: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.result["status"] == "succeeded"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# worker sizing
+
+
+def auto_cpus_per_worker(node_cpus: list[float], num_workers: int, reserve: float) -> float:
+    """The largest share of a CPU, 1, 1/2, 1/3, ..., that lets every worker fit on the nodes as they are,
+    after `reserve` CPUs are kept free (for Ray Data's tasks) on the largest node."""
+    capacities = sorted(node_cpus, reverse=True)
+    if capacities:
+        capacities[0] = max(capacities[0] - reserve, 0.0)
+    for divisor in range(1, 65):
+        share = 1.0 / divisor
+        if sum(math.floor(c / share + 1e-9) for c in capacities) >= num_workers:
+            return share
+    return 1.0 / 64
+
+
+def workers_that_fit(nodes: list[dict], per_worker: dict[str, float]) -> int:
+    """How many workers of this shape the nodes can hold at once (each worker lives on a single node)."""
+    total = 0
+    for resources in nodes:
+        fits = [math.floor(resources.get(name, 0.0) / amount + 1e-9) for name, amount in per_worker.items() if amount > 0]
+        total += min(fits) if fits else 0
+    return total
+
+
+def size_workers(cfg: RunConfig, nodes: list[dict]) -> dict[str, float]:
+    """Resources per worker; LaunchError if the cluster can never hold the job."""
+    s = cfg.scaling
+    if s.cpus_per_worker == "auto":
+        reserve = 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0) for n in nodes) >= 2 else 0.0
+        cpus = auto_cpus_per_worker([n.get("CPU", 0.0) for n in nodes], s.num_workers, reserve)
+    else:
+        cpus = float(s.cpus_per_worker)
+    per_worker = {"CPU": cpus}
+    if s.use_gpu:
+        per_worker["GPU"] = s.gpus_per_worker
+    fit = workers_that_fit(nodes, per_worker)
+    if fit < s.num_workers:
+        shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
+        held = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")) or "nothing"
+                         for n in nodes)
+        raise LaunchError(
+            f"this job can never be scheduled: it needs {s.num_workers} workers of {{{shape}}} but the cluster's "
+            f"{len(nodes)} node(s) ({held}) hold at most {fit}. Fix: lower scaling.num_workers or the resources "
+            f"per worker (scaling.cpus_per_worker, scaling.gpus_per_worker), or add worker nodes to the cluster."
+        )
+    return per_worker
+
+
+def alive_node_resources() -> list[dict]:
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ray
+
+
+def connect_ray(address: Optional[str]) -> str:
+    """Join the cluster at `address`, or start an embedded local Ray. Returns a description for the log."""
+    import logging
+
+    import ray
+
+    if ray.is_initialized():
+        return "already connected"
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        return f"joined Ray cluster at {address}"
+    # address="local" always starts a new embedded Ray, even if another local cluster is running.
+    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+    return f"started embedded Ray ({os.cpu_count()} CPUs)"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# progress
+
+
+class Progress(threading.Thread):
+    """Prints each epoch's row as rank 0 writes it to metrics.jsonl; a bar on interactive terminals."""
+
+    def __init__(self, run_dir: Path, epochs: int, out: TextIO):
+        super().__init__(daemon=True)
+        self.run_dir, self.epochs, self.out = run_dir, epochs, out
+        self.interactive = out.isatty()
+        self.printed: set[int] = {row["epoch"] for row in runs.read_metrics(run_dir)}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.5):
+            self.poll()
+        self.poll()
+
+    def poll(self) -> None:
+        for row in runs.read_metrics(self.run_dir):
+            if row["epoch"] not in self.printed:
+                self.printed.add(row["epoch"])
+                line = format_row(row, self.epochs)
+                if self.interactive:
+                    done = int(30 * row["epoch"] / self.epochs)
+                    line = f"\r\033[K[{'#' * done}{'.' * (30 - done)}] {line}"
+                    self.out.write(line + ("\n" if row["epoch"] == self.epochs else ""))
+                else:
+                    self.out.write(line + "\n")
+                self.out.flush()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=5)
+        if self.interactive:
+            self.out.write("\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the run
+
+
+def root_cause(err: BaseException) -> str:
+    """One line for the user out of Ray's nested errors: the innermost exception's last line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else err.__class__.__name__
+
+
+def summarize(run_dir: Path, status: str, started: float, error: Optional[str] = None) -> dict:
+    rows = runs.read_metrics(run_dir)
+    starts = [e for e in runs.read_events(run_dir) if e["event"] == "start" and e["time"] >= started]
+    resumes = [e["resumed_from_epoch"] for e in starts if e.get("resumed_from_epoch") is not None]
+    newest = checkpoints.candidates(run_dir)
+    result = {
+        "status": status,
+        "epochs_completed": rows[-1]["epoch"] if rows else 0,
+        # The latest resume point of this invocation (null when it trained from scratch throughout).
+        "resumed_from_epoch": resumes[-1] if resumes else None,
+        "resumes": resumes,
+        "worker_group_starts": len(starts),
+        "metrics": rows[-1] if rows else {},
+        "run_dir": str(run_dir),
+        "checkpoint": str(newest[0]) if newest else None,
+        "duration_s": round(time.time() - started, 3),
+    }
+    if error:
+        result["error"] = error
+    return result
+
+
+def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout) -> Outcome:
+    """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from training.loop import train_loop_per_worker
+
+    started = time.time()
+    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    runs.write_config(run_dir, dump_yaml(cfg))
+    spec = DATASETS[cfg.data.name]
+    try:
+        spec.prepare(cfg.data.params, data_context(cfg))
+    except DataUnavailable as err:
+        runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
+        raise LaunchError(str(err)) from None
+
+    print(f"raytrain: {connect_ray(address)}; run directory {run_dir}", file=out, flush=True)
+    try:
+        per_worker = size_workers(cfg, alive_node_resources())
+    except LaunchError as err:
+        runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
+        raise
+    datasets = None
+    if cfg.data.loader == "ray":
+        train_ds, val_ds = spec.ray_datasets(cfg.data.params, data_context(cfg))
+        datasets = {"train": train_ds, **({"val": val_ds} if val_ds is not None else {})}
+
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"]},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=cfg.scaling.num_workers,
+            use_gpu=cfg.scaling.use_gpu,
+            resources_per_worker=per_worker,
+        ),
+        run_config=ray.train.RunConfig(
+            name=cfg.run.name,
+            storage_path=str(run_dir.parent),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
+        ),
+        datasets=datasets,
+    )
+    shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
+    print(f"raytrain: training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
+          f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", file=out, flush=True)
+    # Ray Train propagates this variable from the driver to its controller and workers.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
+    progress = Progress(run_dir, cfg.train.epochs, out)
+    progress.start()
+    try:
+        trainer.fit()
+    except Exception as err:  # Ray Train's TrainingFailedError and friends: the run used up its retries
+        progress.stop()
+        message = (f"training failed after {cfg.run.max_failures} allowed worker-group restarts: {root_cause(err)}. "
+                   f"The newest checkpoint is kept in {run_dir}; run the same command again to resume from it.")
+        result = summarize(run_dir, "failed", started, message)
+        runs.write_result(run_dir, result)
+        return Outcome(run_dir, result)
+    progress.stop()
+    result = summarize(run_dir, "succeeded", started)
+    runs.write_result(run_dir, result)
+    return Outcome(run_dir, result)
