@@ -131,11 +131,14 @@ def read_yaml_mapping(path: Path) -> dict:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({_one_line(err)}). Fix the syntax at the position shown.") from None
     except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror}).") from None
+        raise ConfigError(f"{path}: cannot be read ({err.strerror}). Fix: check the path and its permissions.") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections ({', '.join(SECTIONS)}).")
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of sections. Fix: write it as sections "
+            f"({', '.join(SECTIONS)}) each holding key: value lines, as in the presets."
+        )
     return loaded
 
 
@@ -146,12 +149,13 @@ def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = Fa
     source = str(path)
     smoke_block = raw.pop(SMOKE_KEY, None) or {}
     if not isinstance(smoke_block, dict):
-        raise ConfigError(f"{source}: '{SMOKE_KEY}' must be a mapping of dotted keys to values.")
+        raise ConfigError(f"{source}: '{SMOKE_KEY}' is not a mapping. Fix: give it dotted keys, e.g. train.epochs: 1.")
     for section, value in raw.items():
         if section not in SECTIONS:
             raise ConfigError(_unknown(source, section, SECTIONS + (SMOKE_KEY,)))
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(value)}.")
+            raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(value)}. "
+                              f"Fix: write it as '{section}:' followed by indented key: value lines.")
     if smoke:
         for key, value in smoke_block.items():
             _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
@@ -167,7 +171,7 @@ def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = Fa
 def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {text}: expected key=value, e.g. --set train.lr=0.01.")
+        raise ConfigError(f"--set {text}: expected key=value. Fix: write it as e.g. --set train.lr=0.01.")
     try:
         parsed = yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError:
@@ -178,7 +182,10 @@ def parse_override(text: str) -> tuple[str, Any]:
 def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     if len(parts) != 2:
-        raise ConfigError(f"{where}: '{key}' must be section.key, e.g. train.lr (sections: {', '.join(SECTIONS)}).")
+        raise ConfigError(
+            f"{where}: '{key}' is not section.key. Fix: prefix it with its section, e.g. train.lr "
+            f"(sections: {', '.join(SECTIONS)})."
+        )
     section, name = parts
     if section not in SECTIONS:
         raise ConfigError(_unknown(where, section, SECTIONS))
@@ -292,7 +299,8 @@ def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optio
 
 def _build_dataclass(cls: type, raw: dict, source: str, section: str):
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(raw)}.")
+        raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(raw)}. "
+                          f"Fix: write it as '{section}:' followed by indented key: value lines.")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     values = {}
@@ -334,6 +342,11 @@ def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # PyYAML (YAML 1.1) reads 1e-3 without a dot as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif hint is str:
         if isinstance(value, str):
             return value

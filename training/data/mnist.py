@@ -27,8 +27,10 @@ def prepare(p: MNISTParams, ctx) -> None:
             MNIST(str(ctx.root), train=True, download=p.download)
             MNIST(str(ctx.root), train=False, download=p.download)
         except Exception as err:  # torchvision raises RuntimeError/URLError/OSError depending on what failed
+            reason = " ".join(str(err).split())
+            reason = reason if len(reason) <= 160 else reason[:157] + "..."
             raise DataUnavailable(
-                f"MNIST is not available under {raw} and could not be downloaded ({' '.join(str(err).split())[:200]}). "
+                f"MNIST is not available under {raw} and could not be downloaded ({reason}). "
                 f"Fix: on a machine with internet run `raytrain data mnist --root {ctx.root}`, or copy the files "
                 f"{', '.join(f + '.gz' for f in MNIST_FILES)} into {raw}, then run again."
             ) from None

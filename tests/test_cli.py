@@ -1,0 +1,51 @@
+"""The `raytrain` command on bad input: one clear paragraph on stderr, a non-zero exit, never a traceback.
+These cases fail before Ray starts, so they run in the unit tier."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def raytrain(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "training.cli", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("args, exit_code, fragment", [
+    (["run", "no-such-preset"], 2, "neither a YAML file nor a preset"),
+    (["run", "linear", "--set", "train.epochs=0"], 2, "train.epochs"),
+    (["run", "linear", "--set", "train.batch_size=25"], 2, "does not split evenly over 3 workers"),
+    (["local", "linear", "--set", "model.widht=3"], 2, "unknown key 'model.widht'"),
+    (["run", "linear", "--set", "scaling.cpus_per_worker=0"], 2, "scaling.cpus_per_worker"),
+])
+def test_bad_input_gives_one_clear_error(args, exit_code, fragment, tmp_path):
+    done = raytrain(*args, "--storage", str(tmp_path))
+    assert done.returncode == exit_code, done.stderr
+    assert done.stderr.startswith("raytrain: error: ") and fragment in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not (tmp_path / "linear").exists()  # rejected before anything was written
+
+
+def test_missing_data_fails_fast_with_how_to_stage_it(tmp_path):
+    done = raytrain("run", "mnist", "--storage", str(tmp_path), "--set", "data.download=false")
+    assert done.returncode == 1
+    assert "MNIST is not available" in done.stderr and "copy the files" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_presets_and_version():
+    assert "linear" in raytrain("presets").stdout
+    assert raytrain("--version").stdout.startswith("raytrain ")
+
+
+def test_local_linear_trains_and_writes_the_run_files(tmp_path):
+    done = raytrain("local", "linear", "--storage", str(tmp_path), "--name", "loc", "--set", "train.epochs=30")
+    assert done.returncode == 0, done.stderr
+    result = __import__("json").loads((tmp_path / "loc" / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["epochs_completed"] == 30
+    assert result["resumed_from_epoch"] is None
+    assert result["metrics"]["train_loss"] <= 0.09
+    assert (tmp_path / "loc" / "config.yaml").is_file()

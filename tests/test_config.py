@@ -1,0 +1,109 @@
+"""training/config.py: resolution order, presets, and a table of bad inputs with the message each must give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.config import ConfigError, config_from_dict, load_config, preset_names
+
+
+def write(tmp_path: Path, text: str, name: str = "job.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = """
+model: {name: mlp, hidden: 16}
+data: {name: linear, num_samples: 50}
+train: {epochs: 3, batch_size: 8, lr: 0.05}
+scaling: {num_workers: 2}
+smoke: {train.epochs: 1}
+"""
+
+
+def test_every_preset_loads_and_its_smoke_block_applies():
+    assert {"linear", "digits", "mnist"} <= set(preset_names())
+    for name in preset_names():
+        cfg = load_config(name)
+        assert cfg.run.name == name
+        smoke = load_config(name, smoke=True)
+        assert smoke.train.epochs <= cfg.train.epochs
+
+
+def test_order_is_defaults_then_file_then_smoke_then_set(tmp_path):
+    path = write(tmp_path, GOOD)
+    cfg = load_config(path)
+    assert (cfg.train.epochs, cfg.train.lr, cfg.train.optimizer) == (3, 0.05, "adamw")  # file, file, default
+    assert load_config(path, smoke=True).train.epochs == 1
+    cfg = load_config(path, ["train.epochs=7", "train.lr=1e-2", "run.name=x1"], smoke=True)
+    assert (cfg.train.epochs, cfg.train.lr, cfg.run.name) == (7, 0.01, "x1")
+
+
+def test_per_worker_batch_size_is_derived_from_the_global_one(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["scaling.num_workers=4", "train.batch_size=32"])
+    assert cfg.per_worker_batch_size == 8
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["train.lr=0.2"])
+    again = config_from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict())))
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_the_run_name_defaults_to_the_file_stem(tmp_path):
+    assert load_config(write(tmp_path, GOOD, "my-run.yaml")).run.name == "my-run"
+
+
+# (file text or None for GOOD, --set overrides, fragments the message must contain)
+BAD = [
+    ("model: {name: mlp}\ndata: {name: linear}\ntrian: {epochs: 1}\n", [], ["unknown trian", "did you mean 'train'"]),
+    (None, ["train.epoks=3"], ["unknown key 'train.epoks'", "did you mean 'epochs'"]),
+    (None, ["train.lr=fast"], ["train.lr", "'fast' is not a number"]),
+    (None, ["train.epochs=three"], ["train.epochs", "'three' is not an integer"]),
+    (None, ["train.epochs=0"], ["train.epochs", "set train.epochs to 1 or more"]),
+    (None, ["train.lr=-1"], ["train.lr", "must be > 0"]),
+    (None, ["train.batch_size=9"], ["train.batch_size", "does not split evenly over 2 workers", "use 8 or 10"]),
+    (None, ["train.batch_size=1"], ["smaller than scaling.num_workers"]),
+    (None, ["train.optimizer=adagrad"], ["train.optimizer", "adam, adamw, sgd"]),
+    (None, ["train.mixed_precision=bf16"], ["needs a GPU", "scaling.use_gpu"]),
+    (None, ["scaling.num_workers=0"], ["scaling.num_workers"]),
+    (None, ["scaling.cpus_per_worker=lots"], ["scaling.cpus_per_worker", "'auto'"]),
+    (None, ["scaling.use_gpu=maybe"], ["scaling.use_gpu", "true/false"]),
+    (None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints"]),
+    (None, ["run.max_failures=-2"], ["run.max_failures"]),
+    (None, ["run.name=a/b"], ["run.name"]),
+    (None, ["model.name=resnet"], ["model.name 'resnet'", "mlp"]),
+    (None, ["model.hiden=3"], ["model.hiden", "did you mean 'hidden'"]),
+    (None, ["data.loader=spark"], ["data.loader", "torch, ray"]),
+    (None, ["epochs=3"], ["is not section.key"]),
+    (None, ["train.lr"], ["expected key=value"]),
+    ("data: {name: linear}\n", [], ["model.name is missing"]),
+    ("model: [1, 2]\n", [], ["section 'model' must be a mapping"]),
+    ("model: {name: mlp\n", [], ["not valid YAML"]),
+    ("- a\n- b\n", [], ["top level must be a mapping"]),
+    ("model: {name: vit, image_size: 32, patch_size: 5}\ndata: {name: digits}\n", [],
+     ["model.patch_size", "does not divide"]),
+    ("model: {name: small_cnn, num_classes: 5}\ndata: {name: digits}\n", [], ["model.num_classes", "10 classes"]),
+]
+
+
+@pytest.mark.parametrize("text, overrides, fragments", BAD)
+def test_bad_config_is_rejected_with_a_message_naming_file_key_and_fix(tmp_path, text, overrides, fragments):
+    path = write(tmp_path, text if text is not None else GOOD)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert "Fix" in message
+    if not overrides:
+        assert path in message  # the file is named
+
+
+def test_unknown_config_reference_lists_the_presets():
+    with pytest.raises(ConfigError, match="neither a YAML file nor a preset.*linear"):
+        load_config("no-such-preset")
