@@ -52,16 +52,16 @@ def arrays_to_ray(x, y):
 
 
 def _registry() -> dict[str, DatasetSpec]:
-    from training.data import digits, linear, mnist
+    from training.data import cifar10, digits, linear, mnist, streaming, text
 
-    specs = {"linear": linear.SPEC, "digits": digits.SPEC, "mnist": mnist.SPEC}
-    try:  # the workloads of the later presets register themselves when present
-        from training.data import extra
-
-        specs.update(extra.SPECS)
-    except ImportError:
-        pass
-    return specs
+    return {
+        "linear": linear.SPEC,
+        "digits": digits.SPEC,
+        "mnist": mnist.SPEC,
+        "cifar10": cifar10.SPEC,
+        "text": text.SPEC,
+        "streaming": streaming.SPEC,
+    }
 
 
 DATASETS: dict[str, DatasetSpec] = _registry()
