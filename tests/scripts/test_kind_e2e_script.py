@@ -1,0 +1,261 @@
+"""scripts/kind-e2e offline: shellcheck, the plan it prints (steps, every docker/kind/helm/kubectl command), the
+manifests and chart values it applies validate, its dry run, its refusal when tools are missing, and the
+artifact checks it runs after each RayJob. The kind run itself is tests/e2e/test_kind.py (marker e2e).
+
+    .venv/bin/python -m pytest tests/scripts/test_kind_e2e_script.py -v
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.kube.render import render_chart
+from training.kube.schemas import default_crd_dir
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "kind-e2e"
+CHART = REPO / "helm" / "raytrain-cluster"
+RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
+PLACEHOLDER_IP = "10.96.0.100"  # stands in for <nfs-server-cluster-ip>, known only on a live cluster
+STEPS = ["Preflight", "Validate offline", "kind cluster", "KubeRay operator v1.7.0", "Image", "Shared storage",
+         "Our chart", "RayJob run 1", "RayJob run 2", "Teardown"]
+
+
+def crd_dir() -> Path:
+    path = Path(os.environ.get("RAYTRAIN_KUBERAY_CRDS") or default_crd_dir())
+    if not (path / "ray.io_rayjobs.yaml").is_file():
+        pytest.fail(f"KubeRay v1.7.0 CRDs not found in {path}: set RAYTRAIN_KUBERAY_CRDS or put them in {default_crd_dir()}")
+    return path
+
+
+def script(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    # KIND/HELM point nowhere: whatever this machine has installed, the script can never create a cluster here.
+    full_env = {**os.environ, "KIND": "/nonexistent/kind", "HELM": "/nonexistent/helm", **env}
+    return subprocess.run([str(SCRIPT), *args], cwd=REPO, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def plan(tmp_path: Path, *args: str, **env: str) -> str:
+    result = script("--plan", *args, ARTIFACTS=str(tmp_path / "artifacts"), **env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (tmp_path / "artifacts").exists(), "--plan created the artifacts directory"
+    return result.stdout
+
+
+def commands(output: str) -> list[list[str]]:
+    """The printed commands ('+ ' lines), split as the shell would (a pipe or redirection stays a word)."""
+    return [shlex.split(line[2:]) for line in output.splitlines() if line.startswith("+ ")]
+
+
+def tool(words: list[str]) -> str:
+    return Path(words[0]).name
+
+
+def chart_install(output: str) -> list[str]:
+    [words] = [w for w in commands(output) if tool(w) == "helm" and "raytrain" in w and "upgrade" in w]
+    return words
+
+
+def values_of(words: list[str]) -> tuple[list[Path], dict[str, str]]:
+    files, sets = [], {}
+    for flag, value in zip(words, words[1:]):
+        if flag == "-f":
+            files.append(REPO / value)
+        elif flag == "--set":
+            key, _, val = value.partition("=")
+            sets[key] = val
+    return files, sets
+
+
+# --------------------------------------------------------------------------------------------------- the script
+
+def test_shellcheck_passes():
+    shellcheck = shutil.which("shellcheck")
+    if not shellcheck:
+        pytest.skip("shellcheck is not installed (Debian: apt-get install -y shellcheck; .ci/run installs it)")
+    result = subprocess.run([shellcheck, "--external-sources", str(SCRIPT)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_usage_and_bad_settings_are_refused(tmp_path):
+    help_ = script("--help")
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: scripts/kind-e2e"), help_.stdout
+    bad = script("--bogus")
+    assert bad.returncode == 2 and "usage: scripts/kind-e2e" in bad.stderr, bad.stderr
+    storage = script("--plan", STORAGE="ceph")
+    assert storage.returncode == 2 and "STORAGE must be nfs or hostpath" in storage.stderr, storage.stderr
+
+
+def test_plan_prints_every_step_in_order(tmp_path):
+    output = plan(tmp_path)
+    titles = [line for line in output.splitlines() if line.startswith("== ")]
+    assert len(titles) == len(STEPS), titles
+    for number, (title, expected) in enumerate(zip(titles, STEPS), start=1):
+        assert title.startswith(f"== {number}. {expected}"), (title, expected)
+
+
+def test_plan_commands_follow_the_user_path(tmp_path):
+    lines = [" ".join(words) for words in commands(plan(tmp_path))]
+
+    def index(fragment: str) -> int:
+        found = [i for i, line in enumerate(lines) if fragment in line]
+        assert found, f"no command containing {fragment!r} in the plan:\n" + "\n".join(lines)
+        return found[0]
+
+    order = [
+        "raytrain validate manifests/kind-config.yaml manifests/rayjob.yaml manifests/kind/nfs-server.yaml",
+        "kind create cluster --config manifests/kind-config.yaml --name raytrain",
+        "helm repo add kuberay https://ray-project.github.io/kuberay-helm/",
+        "helm pull kuberay/kuberay-operator --version 1.7.0",
+        "apply --server-side --force-conflicts -f",  # the CRDs
+        "wait --for=condition=Established crd/rayclusters.ray.io crd/rayjobs.ray.io",
+        "upgrade --install kuberay-operator",
+        "scripts/build-image --kind-load raytrain",
+        "apply -f manifests/kind/nfs-server.yaml",
+        "rollout status deployment/nfs-server",
+        "upgrade --install raytrain helm/raytrain-cluster",
+        "wait --for=jsonpath={.status.state}=ready raycluster/raytrain",
+        "apply -f manifests/rayjob.yaml",
+        "get rayjob raytrain-linear -o jsonpath={.status.jobDeploymentStatus} {.status.jobStatus}",
+        "tests.e2e.kind_artifacts",  # run 1 checked
+        "delete -f manifests/rayjob.yaml",
+        "delete pod <worker-pod>",
+        "--killed-pod <worker-pod>",  # run 2 checked, resume included
+        "kind delete cluster --name raytrain",
+    ]
+    positions = [index(fragment) for fragment in order]
+    assert positions == sorted(positions), list(zip(order, positions))
+    assert "--skip-crds" in lines[index("upgrade --install kuberay-operator")]
+
+
+def test_every_cluster_command_targets_the_kind_context_only(tmp_path):
+    for words in commands(plan(tmp_path)):
+        if tool(words) == "kubectl":
+            assert words[1:3] == ["--context", "kind-raytrain"], words
+        if tool(words) == "helm" and words[1] not in ("repo", "pull"):
+            assert words[1:3] == ["--kube-context", "kind-raytrain"], words
+
+
+def test_keep_and_hostpath_change_the_plan(tmp_path):
+    kept = plan(tmp_path, "--keep")
+    assert "Teardown" not in kept and "kind delete cluster" not in kept
+    hostpath = plan(tmp_path, STORAGE="hostpath")
+    assert "nfs-server" not in hostpath.replace("hostPath fallback", "")
+    files, sets = values_of(chart_install(hostpath))
+    assert files == [CHART / "values-kind.yaml"] and sets == {}, (files, sets)
+
+
+def test_the_manifests_it_applies_validate(tmp_path):
+    applied = []
+    for words in commands(plan(tmp_path)):
+        if tool(words) == "kubectl" and "apply" in words:
+            path = words[words.index("-f") + 1]
+            if not path.startswith(str(tmp_path)):  # the KubeRay CRDs come from the downloaded chart
+                applied.append(path)
+    assert applied == ["manifests/kind/nfs-server.yaml", "manifests/rayjob.yaml", "manifests/rayjob.yaml"], applied
+    result = subprocess.run([RAYTRAIN, "validate", "manifests/kind-config.yaml", *sorted(set(applied)),
+                             "--crds", str(crd_dir())], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_kind_config_is_what_the_script_and_the_values_expect():
+    config = yaml.safe_load((REPO / "manifests" / "kind-config.yaml").read_text())
+    assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
+    assert config["name"] == "raytrain"  # the script's CLUSTER default, and `kind load --name`
+    [mount] = config["nodes"][0]["extraMounts"]
+    values = yaml.safe_load((CHART / "values-kind.yaml").read_text())
+    assert mount["containerPath"] == values["sharedStorage"]["hostPath"]
+    result = subprocess.run([RAYTRAIN, "validate", "manifests/kind-config.yaml", "--crds", str(crd_dir())],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(tmp_path):
+    """`helm upgrade --install` exactly as planned, rendered offline by the Helm library (what helm template and
+    --dry-run=client do), then checked with raytrain validate together with the RayJob that runs on it."""
+    files, sets = values_of(chart_install(plan(tmp_path)))
+    assert sets.pop("sharedStorage.nfs.server") == "<nfs-server-cluster-ip>"
+    sets["sharedStorage.nfs.server"] = PLACEHOLDER_IP
+    objects = render_chart(CHART, files, sets, release_name="raytrain")
+    by_kind = {o["kind"]: o for o in objects}
+    assert by_kind["PersistentVolume"]["spec"]["nfs"] == {"server": PLACEHOLDER_IP, "path": "/"}
+    assert by_kind["PersistentVolumeClaim"]["metadata"]["name"] == "raytrain-shared"
+    assert by_kind["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteMany"]
+    head = by_kind["RayCluster"]["spec"]["headGroupSpec"]["template"]["spec"]
+    [shared] = [v for v in head["volumes"] if v["name"] == "shared"]
+    assert shared == {"name": "shared", "persistentVolumeClaim": {"claimName": "raytrain-shared"}}
+    together = tmp_path / "set"
+    together.mkdir()
+    (together / "chart.yaml").write_text(yaml.safe_dump_all(objects))
+    shutil.copy(REPO / "manifests" / "rayjob.yaml", together / "rayjob.yaml")
+    result = subprocess.run([RAYTRAIN, "validate", str(together), "--crds", str(crd_dir())], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dry_run_validates_for_real_and_touches_no_cluster(tmp_path):
+    artifacts = tmp_path / "artifacts"
+    result = script("--dry-run", ARTIFACTS=str(artifacts), RAYTRAIN_KUBERAY_CRDS=str(crd_dir()), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "raytrain validate: OK (manifests/kind-config.yaml, manifests/rayjob.yaml, manifests/kind/nfs-server.yaml)" \
+        in result.stdout, result.stdout
+    assert "(helm not installed: helm template skipped)" in result.stdout
+    assert not (artifacts / "run1").exists()
+
+
+def test_missing_tools_are_named_with_how_to_install_them(tmp_path):
+    result = script(ARTIFACTS=str(tmp_path / "artifacts"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "kind-e2e: missing: kind helm" in result.stderr, result.stderr
+    assert "kind: go install sigs.k8s.io/kind@" in result.stderr
+    assert "helm: https://helm.sh/docs/intro/install/" in result.stderr
+    assert "== 2." not in result.stdout, "went past the preflight"
+
+
+# --------------------------------------------------------------------------------------------------- artifact checks
+
+def status(deployment: str, job: str) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "raytrain-linear"},
+            "status": {"jobDeploymentStatus": deployment, "jobStatus": job}}
+
+
+@pytest.mark.parametrize("case, rayjob, expected", [
+    ("no status file", None, "no RayJob status"),
+    ("job failed", status("Failed", "FAILED"), "RayJob did not succeed"),
+    ("still running", status("Running", "RUNNING"), "RayJob did not succeed"),
+    ("succeeded but no run files", status("Complete", "SUCCEEDED"), "no run directory"),
+])
+def test_artifact_checks_fail_with_the_reason(tmp_path, case, rayjob, expected):
+    if rayjob is not None:
+        (tmp_path / "rayjob.yaml").write_text(yaml.safe_dump(rayjob))
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.kind_artifacts", str(tmp_path), "--epochs", "60"],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, (case, result.stdout, result.stderr)
+    assert expected in result.stderr, (case, result.stderr)
+
+
+def test_killed_pod_needs_what_the_resume_check_uses(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.kind_artifacts", str(tmp_path), "--epochs", "60",
+                             "--killed-pod", "w-1", "--interval", "5"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2 and "--killed-pod needs --epoch-before, --newest-checkpoint-before" in result.stderr
+    assert not (tmp_path / "killed.json").exists()
+
+
+def plan_text(artifacts: str) -> str:
+    return script("--plan", ARTIFACTS=artifacts).stdout
+
+
+def test_artifact_checks_get_the_epochs_of_the_manifest():
+    """The epochs the script passes come from the manifest the user applies (not a copy in the script)."""
+    docs = list(yaml.safe_load_all((REPO / "manifests" / "rayjob.yaml").read_text()))
+    [config_map] = [d for d in docs if d["kind"] == "ConfigMap"]
+    epochs = yaml.safe_load(config_map["data"]["job.yaml"])["train"]["epochs"]
+    assert f"kind_artifacts {{ARTIFACTS}}/run1 --epochs {epochs}" in plan_text("{ARTIFACTS}"), "run 1's epochs"
