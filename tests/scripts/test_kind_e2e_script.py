@@ -166,16 +166,15 @@ def test_the_manifests_it_applies_validate(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_kind_config_is_what_the_script_and_the_values_expect():
+def test_the_kind_config_is_what_the_script_and_the_values_expect(tmp_path):
     config = yaml.safe_load((REPO / "manifests" / "kind-config.yaml").read_text())
+    assert "+ mkdir -p " + config["nodes"][0]["extraMounts"][0]["hostPath"] in plan(tmp_path)
     assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     assert config["name"] == "raytrain"  # the script's CLUSTER default, and `kind load --name`
     [mount] = config["nodes"][0]["extraMounts"]
     values = yaml.safe_load((CHART / "values-kind.yaml").read_text())
     assert mount["containerPath"] == values["sharedStorage"]["hostPath"]
-    result = subprocess.run([RAYTRAIN, "validate", "manifests/kind-config.yaml", "--crds", str(crd_dir())],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # raytrain validate accepts it: test_the_manifests_it_applies_validate runs it with the manifests.
 
 
 def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(tmp_path):
