@@ -291,10 +291,13 @@ def _interrupts_as_keyboard_interrupt() -> Iterator[None]:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handler)
+    # Ctrl-C too, even where the shell started us with SIGINT ignored (a background job).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _pump(stream: IO[str], lines: "queue.Queue[str | None]") -> None:
@@ -417,9 +420,10 @@ class Emulation:
                     return False
                 for node in cluster.nodes[1:]:
                     if cluster.node_exited(node):
-                        self.say(f"worker node {node.spec.name} is gone; the RayCluster controller recreates "
-                                 "its pod: starting it again")
+                        old_ip = node.ip
                         cluster.restart_node(node)
+                        self.say(f"worker node {node.spec.name} is gone ({old_ip}); the RayCluster controller "
+                                 f"recreates its pod: started again at {node.ip}")
         finally:
             if proc.poll() is None:
                 proc.terminate()

@@ -646,16 +646,24 @@ class LocalCluster:
             ["ip", "addr", "add", f"{self.subnet}.1/24", "dev", f"{self.run_id}h"],
             ["ip", "link", "set", f"{self.run_id}h", "up"],
         ]
+        self._run_steps(steps)
         for node in self.nodes:
-            ns = node.netns
-            steps += [
-                ["ip", "netns", "add", ns],
-                ["ip", "-n", ns, "link", "set", "lo", "up"],
-                ["ip", "-n", sw, "link", "add", f"p{node.index}", "type", "veth", "peer", "name", "eth0", "netns", ns],
-                ["ip", "-n", sw, "link", "set", f"p{node.index}", "master", "br0", "up"],
-                ["ip", "-n", ns, "addr", "add", f"{node.ip}/24", "dev", "eth0"],
-                ["ip", "-n", ns, "link", "set", "eth0", "up"],
-            ]
+            self._make_node_network(node)
+
+    def _make_node_network(self, node: Node) -> None:
+        """The node's namespace, with eth0 on the switch's bridge (a pod's network, in short)."""
+        ns, sw = node.netns, f"{self.run_id}-sw"
+        self._run_steps([
+            ["ip", "netns", "add", ns],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+            ["ip", "-n", sw, "link", "add", f"p{node.index}", "type", "veth", "peer", "name", "eth0", "netns", ns],
+            ["ip", "-n", sw, "link", "set", f"p{node.index}", "master", "br0", "up"],
+            ["ip", "-n", ns, "addr", "add", f"{node.ip}/24", "dev", "eth0"],
+            ["ip", "-n", ns, "link", "set", "eth0", "up"],
+        ])
+
+    @staticmethod
+    def _run_steps(steps: list[list[str]]) -> None:
         for step in steps:
             result = _sh(*step, check=False)
             if result.returncode != 0:
@@ -708,8 +716,21 @@ class LocalCluster:
         return proc is not None and proc.poll() is not None
 
     def restart_node(self, node: Node) -> None:
-        """What the RayCluster controller does for a lost worker pod: remove its remains, start it again."""
+        """What the RayCluster controller does for a lost worker pod: remove its remains and start a new pod,
+        which (as in Kubernetes) gets a new address. Reusing the old address and ports at once can leave Ray with
+        a ghost of the old node that holds placement-group bundles."""
         kill_pids(self.node_pids(node))
+        if node.netns:
+            _sh("ip", "netns", "del", node.netns, check=False)
+        index = max(n.index for n in self.nodes) + 1
+        if index > 250:
+            raise ClusterError(f"node {node.spec.name} was restarted too often: no addresses left in {self.subnet}.0/24")
+        node.index, node.temp_dir = index, str(self.run_dir / f"n{index}")
+        if node.netns:
+            node.netns, node.ip = f"{self.run_id}-{index}", f"{self.subnet}.{index + 2}"
+            self._make_node_network(node)
+        else:
+            node.ip, node.ports = f"127.0.0.{index + 2}", Ports.pick()
         self._launch(node)
 
     def stop(self) -> None:
