@@ -45,6 +45,8 @@ def _report(outcome) -> int:
     for key in ("train_loss", "val_loss", "val_accuracy"):
         if key in metrics:
             parts.append(f"{key} {metrics[key]:.4f}")
+    if "peak_rss_mb" in metrics:
+        parts.append(f"peak worker RSS {metrics['peak_rss_mb']:.0f} MiB, {metrics['samples_per_s']:.0f} samples/s")
     if result.get("resumed_from_epoch") is not None:
         parts.append(f"resumed from epoch {result['resumed_from_epoch']}")
     parts.append(f"{result['duration_s']:.1f}s -> {outcome.run_dir}")
@@ -65,6 +67,76 @@ def cmd_local(args: argparse.Namespace) -> int:
     from training.local import train_local
 
     return _report(train_local(_load(args)))
+
+
+# ---------------------------------------------------------------------------------------------- tune, data
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from training.tune import load_search, resolve_search_path, tune_run
+
+    cfg = _load(args)
+    search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
+    summary = tune_run(cfg, search, address=_address(args))
+    for trial in summary["trials"]:
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
+        score = trial["metrics"].get(search.metric)
+        shown = f"{search.metric} {score:.4f}" if score is not None else f"error: {trial['error'] or 'no metric'}"
+        print(f"raytrain: trial {trial['trial_id']}: {params}: {shown}", flush=True)
+    if summary["status"] != "succeeded":
+        _error(f"{summary['error']} under {summary['run_dir']}")
+        return EXIT_FAILED
+    best = summary["best"]
+    params = ", ".join(f"{k}={v}" for k, v in best["params"].items())
+    print(f"raytrain: best trial {best['trial_id']}: {params} ({search.metric} {best['metrics'][search.metric]:.4f}); "
+          f"run it with: raytrain run {summary['best_config']}", flush=True)
+    return EXIT_OK
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """Stage a dataset ahead of training (on a machine with internet, or straight onto the shared volume)."""
+    from training.data import DataContext, DataUnavailable
+
+    ctx = DataContext(root=Path(args.root).expanduser().absolute())
+    try:
+        if args.dataset == "mnist":
+            from training.data import mnist
+
+            mnist.prepare(mnist.MNISTParams(download=True), ctx)
+            print(f"raytrain: MNIST is in {ctx.root / 'MNIST'}", flush=True)
+        else:
+            from training.data import cifar10
+
+            p = cifar10.CIFAR10Params(synthetic=args.synthetic, synthetic_train=args.synthetic_train,
+                                      synthetic_val=args.synthetic_val)
+            cifar10.prepare(p, ctx)
+            if not args.synthetic:
+                print(f"raytrain: CIFAR-10 is in {ctx.root / 'cifar-10-batches-py'}", flush=True)
+            if args.to_parquet:
+                out = cifar10.to_parquet(p, ctx, Path(args.to_parquet).expanduser().absolute())
+                print(f"raytrain: CIFAR-10{' (synthetic)' if args.synthetic else ''} as Parquet in {out}/{{train,val}}; "
+                      f"train from it with --set data.parquet_dir={out}", flush=True)
+    except DataUnavailable as err:
+        _error(str(err))
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def add_tune_and_data_commands(sub, config_command: Callable) -> None:
+    tune = config_command("tune", cmd_tune, "Ray Tune over Ray Train runs of a config: trials, best config")
+    tune.add_argument("--search", metavar="SEARCH.yaml", help="search space, metric, mode, num_samples "
+                                                               "(default: the preset's own, e.g. text-rnn/search.yaml)")
+    tune.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else an embedded local Ray)")
+
+    data = sub.add_parser("data", help="download/stage a dataset ahead of training (cifar10, mnist)")
+    data.add_argument("dataset", choices=["cifar10", "mnist"])
+    data.add_argument("--root", default="./runs/datasets", metavar="DIR",
+                      help="datasets directory: <storage>/datasets of the runs that use it (default: ./runs/datasets)")
+    data.add_argument("--to-parquet", metavar="DIR", help="cifar10: also write the Parquet form (for data.loader=ray)")
+    data.add_argument("--synthetic", action="store_true", help="cifar10: generated CIFAR-shaped data (offline)")
+    data.add_argument("--synthetic-train", type=int, default=50000, metavar="N")
+    data.add_argument("--synthetic-val", type=int, default=10000, metavar="N")
+    data.set_defaults(func=cmd_data)
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -122,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="Ray cluster to join, e.g. auto on a head pod (default: $RAY_ADDRESS, "
                                         "else start an embedded local Ray)")
     config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
+    add_tune_and_data_commands(sub, config_command)
 
     presets = sub.add_parser("presets", help="list the built-in run configs")
     presets.set_defaults(func=cmd_presets)

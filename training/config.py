@@ -102,6 +102,7 @@ class RunConfig:
 
 SECTIONS = ("model", "data", "train", "scaling", "run")
 SMOKE_KEY = "smoke"  # a preset's block of dotted overrides for a seconds-long run
+INCLUDE_KEY = "include"  # files layered under this one, e.g. a hyperparameters file and an environment file
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -143,19 +144,10 @@ def read_yaml_mapping(path: Path) -> dict:
 
 
 def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = False) -> RunConfig:
-    """Resolve a run config: defaults -> file (or preset) -> smoke block -> --set overrides."""
+    """Resolve a run config: defaults -> file (or preset, its include: files first) -> smoke block -> --set."""
     path = resolve_config_path(ref)
-    raw = read_yaml_mapping(path)
-    source = str(path)
-    smoke_block = raw.pop(SMOKE_KEY, None) or {}
-    if not isinstance(smoke_block, dict):
-        raise ConfigError(f"{source}: '{SMOKE_KEY}' is not a mapping. Fix: give it dotted keys, e.g. train.epochs: 1.")
-    for section, value in raw.items():
-        if section not in SECTIONS:
-            raise ConfigError(_unknown(source, section, SECTIONS + (SMOKE_KEY,)))
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(value)}. "
-                              f"Fix: write it as '{section}:' followed by indented key: value lines.")
+    raw, smoke_block, included = _read_layered(path)
+    source = f"{path} (with {', '.join(map(str, included))})" if included else str(path)
     if smoke:
         for key, value in smoke_block.items():
             _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
@@ -166,6 +158,49 @@ def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = Fa
     if raw["run"].get("name") is None:
         raw["run"]["name"] = path.stem
     return build_config(raw, source)
+
+
+def _read_layered(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, list[Path]]:
+    """A config file's sections and smoke block with its `include:` files layered underneath, in order (a later
+    file wins, the including file over all). Returns (sections, smoke block, the included files)."""
+    raw = read_yaml_mapping(path)
+    source = str(path)
+    smoke_block = raw.pop(SMOKE_KEY, None) or {}
+    if not isinstance(smoke_block, dict):
+        raise ConfigError(f"{source}: '{SMOKE_KEY}' is not a mapping. Fix: give it dotted keys, e.g. train.epochs: 1.")
+    includes = raw.pop(INCLUDE_KEY, None) or []
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(name, str) for name in includes):
+        raise ConfigError(f"{source}: '{INCLUDE_KEY}' is not a list of file names. Fix: e.g. "
+                          f"include: [hparams.yaml, env.yaml], paths relative to {path.parent}.")
+    for section, value in raw.items():
+        if section not in SECTIONS:
+            raise ConfigError(_unknown(source, section, SECTIONS + (SMOKE_KEY, INCLUDE_KEY)))
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(value)}. "
+                              f"Fix: write it as '{section}:' followed by indented key: value lines.")
+    merged: dict = {}
+    merged_smoke: dict = {}
+    files: list[Path] = []
+    here = chain + (path.resolve(),)
+    for name in includes:
+        included = (path.parent / name).expanduser()
+        if not included.is_file():
+            raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' not found (looked for {included}). "
+                              f"Fix: give a path relative to {path.parent}, or an absolute one.")
+        if included.resolve() in here:
+            raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' includes itself (through {' -> '.join(map(str, here))})."
+                              f" Fix: remove the cycle.")
+        layer, layer_smoke, layer_files = _read_layered(included, here)
+        for section, values in layer.items():
+            merged.setdefault(section, {}).update(values)
+        merged_smoke.update(layer_smoke)
+        files += layer_files + [included]
+    for section, values in raw.items():
+        merged.setdefault(section, {}).update(values)
+    merged_smoke.update(smoke_block)
+    return merged, merged_smoke, files
 
 
 def parse_override(text: str) -> tuple[str, Any]:
