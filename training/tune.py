@@ -5,10 +5,11 @@ with the sampled keys set), constructs a TorchTrainer for it and fits it; a Tune
 workers' reports (val_accuracy at every checkpoint epoch) to Tune. Trials run concurrently only as far as the
 cluster holds their workers. Layout under STORAGE/NAME/:
 
-    trials/<trial id>/{config.yaml, metrics.jsonl, result.json, checkpoint_*}   one Ray Train run per trial
-    tuner/                                                                       Ray Tune's own experiment state
-    tune.json, best_config.yaml, result.json                                     the outcome; best_config.yaml
-                                                                                 is a run config for `raytrain run`
+    tuner/                                       Ray Tune's own experiment state
+    tune.json, best_config.yaml, result.json     the outcome; best_config.yaml is a run config for `raytrain run`
+
+and each trial is an ordinary run beside it, STORAGE/NAME-trial-<trial id>/{config.yaml, metrics.jsonl,
+result.json, checkpoint_*}, so that it reads the same STORAGE/datasets.
 
 A search file (YAML) names the metric, the mode, the number of samples and the space: dotted run-config keys
 (model.*, data.*, train.*) mapped to one distribution each, and a `smoke:` block of top-level replacements that
@@ -32,7 +33,8 @@ from training.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_no
                                size_workers, summarize, workers_that_fit)
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments
-TUNABLE_SECTIONS = ("model", "data", "train")  # scaling and run shape the trials themselves: not sampled
+TUNABLE_SECTIONS = ("model", "data", "train")
+TRIAL_DRIVER_MEMORY = 64 * 1024 * 1024  # bytes reserved per concurrent trial driver  # scaling and run shape the trials themselves: not sampled
 
 
 @dataclass
@@ -161,7 +163,7 @@ def param_space(search: SearchSpec) -> dict:
 # a trial
 
 
-def trial_driver(params: dict, base: dict, trials_dir: str, per_worker: dict) -> None:
+def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     """One Tune trial: a Ray Train run of the base config with `params` set, reporting to Tune."""
     import ray.train
     import ray.tune
@@ -172,7 +174,8 @@ def trial_driver(params: dict, base: dict, trials_dir: str, per_worker: dict) ->
 
     trial_id = ray.tune.get_context().get_trial_id()
     raw = copy.deepcopy(base)
-    raw["run"].update(name=trial_id, storage_path=trials_dir)
+    # Beside the sweep's directory under the same storage path, so the trial finds the same datasets directory.
+    raw["run"]["name"] = f"{raw['run']['name']}-trial-{trial_id}"
     cfg = with_params(raw, params)
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     runs.write_config(run_dir, dump_yaml(cfg))
@@ -185,7 +188,7 @@ def trial_driver(params: dict, base: dict, trials_dir: str, per_worker: dict) ->
                                                resources_per_worker=per_worker),
         run_config=ray.train.RunConfig(
             name=cfg.run.name,
-            storage_path=trials_dir,
+            storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=[TuneReportCallback()],
@@ -234,11 +237,11 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     print(f"raytrain: tuning {cfg.run.name}: {search.num_samples} trials of {cfg.scaling.num_workers} workers, "
           f"{concurrent} at a time, {search.mode} {search.metric} over {', '.join(search.space)}", file=out, flush=True)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
-    trials_dir = tune_dir / "trials"
-    trainable = ray.tune.with_parameters(trial_driver, base=cfg.to_dict(), trials_dir=str(trials_dir),
-                                         per_worker=per_worker)
+    trainable = ray.tune.with_parameters(trial_driver, base=cfg.to_dict(), per_worker=per_worker)
     tuner = ray.tune.Tuner(
-        ray.tune.with_resources(trainable, {"CPU": 0}),  # the trial driver only waits on its TorchTrainer
+        # The trial driver only waits on its TorchTrainer: no CPU, so the trials' workers get them all. Tune needs a
+        # non-empty resource request, hence a token amount of memory.
+        ray.tune.with_resources(trainable, {"CPU": 0, "memory": TRIAL_DRIVER_MEMORY}),
         param_space=param_space(search),
         tune_config=ray.tune.TuneConfig(metric=search.metric, mode=search.mode, num_samples=search.num_samples,
                                         max_concurrent_trials=concurrent),
