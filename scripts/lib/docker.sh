@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the image scripts: pick a Docker client that can run BuildKit builds (`RUN --mount=...`).
 # A client with the buildx plugin works; so does a client older than 23.0 whose builder has BuildKit built in
 # (Debian bookworm's docker.io, /usr/bin/docker). A newer client without buildx cannot, even with

@@ -6,6 +6,7 @@ images/Dockerfile on the offline local base (scripts/image-local-base) with scri
 
 Without a Docker engine that answers or can be started (scripts/docker-engine) the tier skips with the reason.
 Build inputs, from the environment (the defaults fit this project's CI machines):
+  RAYTRAIN_IMAGE_BASE    local (default: scripts/image-local-base, no pulls) or official (rayproject/ray)
   RAYTRAIN_IMAGE_WHEELS  wheels for pip --find-links (default /opt/wheels when it holds a torch wheel)
   TORCH_INDEX_URL        default PyPI when such a local torch wheel is used (the PyTorch CPU index may be
                          unreachable), else the Dockerfile's own default

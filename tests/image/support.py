@@ -36,11 +36,13 @@ def build_env() -> dict[str, str]:
 
 
 def build(*args: str, cwd: Path = ROOT, env_extra: dict[str, str] | None = None) -> tuple[str, float]:
-    """Run build-image (--local-base, plain progress); returns its output and seconds taken. Fails the test
-    with the output's tail when the build fails."""
+    """Run build-image (plain progress); returns its output and seconds taken. Fails the test with the output's
+    tail when the build fails. RAYTRAIN_IMAGE_BASE=official builds on the Dockerfile's default base
+    (rayproject/ray, pulled) instead of the offline local base."""
     env = build_env() | (env_extra or {})
+    base = [] if env.get("RAYTRAIN_IMAGE_BASE") == "official" else ["--local-base"]
     start = time.monotonic()
-    out = sh([str(cwd / "scripts" / "build-image"), "--local-base", *args, "--", "--progress=plain"],
+    out = sh([str(cwd / "scripts" / "build-image"), *base, *args, "--", "--progress=plain"],
               timeout=BUILD_TIMEOUT_S, env=env, cwd=cwd)
     seconds = time.monotonic() - start
     output = out.stdout + out.stderr
