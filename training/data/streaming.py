@@ -29,7 +29,7 @@ def bytes_per_image(p: StreamingParams) -> int:
 
 
 def num_images(p: StreamingParams) -> int:
-    return max(1, int(p.data_size_gb * 1e9) // bytes_per_image(p))
+    return max(1, round(p.data_size_gb * 1e9) // bytes_per_image(p))
 
 
 class GenerateImages:
@@ -42,9 +42,9 @@ class GenerateImages:
 
     def __call__(self, batch: dict) -> dict:
         ids = np.asarray(batch["id"], dtype=np.int64)
-        rng = np.random.default_rng(int(ids[0]) if len(ids) else 0)
         labels = (ids * 7919) % self.num_classes
-        noise = rng.integers(0, 128, size=(len(ids), self.size, self.size, 3), dtype=np.uint8)
+        noise = np.stack([np.random.default_rng(int(i)).integers(0, 128, size=(self.size, self.size, 3), dtype=np.uint8)
+                          for i in ids]) if len(ids) else np.zeros((0, self.size, self.size, 3), dtype=np.uint8)
         return {"image": noise + self.palette[labels][:, None, None, :], "label": labels}
 
 
