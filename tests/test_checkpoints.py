@@ -40,12 +40,15 @@ def test_newest_readable_wins_and_each_broken_one_is_reported(tmp_path):
     assert "does not match the hash" in warnings[0] and "missing or invalid" in warnings[1]
 
 
-def test_preferred_checkpoint_goes_first_without_duplicates(tmp_path):
+def test_a_newer_checkpoint_than_rays_latest_wins_and_ray_latest_breaks_ties(tmp_path):
     for epoch in (1, 2):
         save(tmp_path / checkpoints.checkpoint_dir_name(epoch), epoch)
-    older = [p for p in checkpoints.candidates(tmp_path) if json.loads((p / "meta.json").read_text())["epoch"] == 1][0]
-    ordered = checkpoints.candidates(tmp_path, preferred=[older])
-    assert ordered[0] == older and len(ordered) == 2
+    by_epoch = {json.loads((p / "meta.json").read_text())["epoch"]: p for p in checkpoints.candidates(tmp_path)}
+    # Ray's latest is epoch 1 (the epoch-2 report was uploaded but not yet registered when a worker died)
+    assert checkpoints.candidates(tmp_path, ray_latest=[by_epoch[1]]) == [by_epoch[2], by_epoch[1]]
+    twin = tmp_path / checkpoints.checkpoint_dir_name(2)  # epoch 2 trained again after a fallback
+    save(twin, 2)
+    assert checkpoints.candidates(tmp_path, ray_latest=[by_epoch[2]])[0] == by_epoch[2]
 
 
 def test_nothing_to_resume_from(tmp_path):

@@ -82,18 +82,19 @@ def _epoch_of(directory: Path) -> int:
         return int(match.group(1)) if match else -1
 
 
-def candidates(run_dir: Path, preferred: Iterable[Path] = ()) -> list[Path]:
-    """Checkpoint directories to try, newest epoch first; `preferred` (Ray Train's own latest) goes first."""
-    found = sorted(
-        (p for p in run_dir.glob(f"{DIR_PREFIX}*") if p.is_dir()),
-        key=lambda p: (_epoch_of(p), p.stat().st_mtime),
+def candidates(run_dir: Path, ray_latest: Iterable[Path] = ()) -> list[Path]:
+    """Checkpoint directories to try, newest epoch first.
+
+    Ray Train's own latest checkpoint only breaks ties: a checkpoint that was fully uploaded but whose report the
+    controller had not yet consumed when a worker died is newer than Ray's latest, and losing it would throw away a
+    checkpoint interval of work. Completeness is checked when loading (read_checkpoint), not assumed here."""
+    preferred = {p.resolve() for p in ray_latest}
+    found = {p.resolve(): p for p in [*ray_latest, *run_dir.glob(f"{DIR_PREFIX}*")] if p.is_dir()}
+    return sorted(
+        found.values(),
+        key=lambda p: (_epoch_of(p), p.resolve() in preferred, p.stat().st_mtime),
         reverse=True,
     )
-    ordered: list[Path] = []
-    for path in [*preferred, *found]:
-        if path.resolve() not in {p.resolve() for p in ordered}:
-            ordered.append(path)
-    return ordered
 
 
 def load_newest(paths: Iterable[Path], warn: Callable[[str], None]) -> Optional[tuple[Path, dict]]:

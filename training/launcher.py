@@ -107,13 +107,16 @@ def connect_ray(address: Optional[str]) -> str:
 
     import ray
 
+    # log_to_driver=False: the driver's console carries raytrain's own lines (per-epoch rows, warnings, resumes,
+    # one closing message), not every worker's output and Ray's retry tracebacks; those stay in Ray's logs
+    # (the session's logs/ directory, the dashboard, `ray job logs`).
     if ray.is_initialized():
         return "already connected"
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return f"joined Ray cluster at {address}"
     # address="local" always starts a new embedded Ray, even if another local cluster is running.
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True)
+    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return f"started embedded Ray ({os.cpu_count()} CPUs)"
 
 
@@ -128,7 +131,9 @@ class Progress(threading.Thread):
         super().__init__(daemon=True)
         self.run_dir, self.epochs, self.out = run_dir, epochs, out
         self.interactive = out.isatty()
-        self.printed: set[int] = {row["epoch"] for row in runs.read_metrics(run_dir)}
+        # Keyed by epoch and its duration: an epoch trained again after a resume is a new row worth printing.
+        self.printed: set[tuple] = {self.key(row) for row in runs.read_metrics(run_dir)}
+        self.events_seen = len(runs.read_events(run_dir))
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -136,18 +141,32 @@ class Progress(threading.Thread):
             self.poll()
         self.poll()
 
+    @staticmethod
+    def key(row: dict) -> tuple:
+        return row["epoch"], row.get("epoch_s")
+
     def poll(self) -> None:
+        events = runs.read_events(self.run_dir)
+        for event in events[self.events_seen:]:
+            if event["event"] == "warning":
+                self.write(f"raytrain: warning: {event['message']}\n")
+            elif event["event"] == "restored":
+                self.write(f"raytrain: resuming after epoch {event['epoch']} from {event['checkpoint']}\n")
+        self.events_seen = len(events)
         for row in runs.read_metrics(self.run_dir):
-            if row["epoch"] not in self.printed:
-                self.printed.add(row["epoch"])
+            if self.key(row) not in self.printed:
+                self.printed.add(self.key(row))
                 line = format_row(row, self.epochs)
                 if self.interactive:
                     done = int(30 * row["epoch"] / self.epochs)
                     line = f"\r\033[K[{'#' * done}{'.' * (30 - done)}] {line}"
-                    self.out.write(line + ("\n" if row["epoch"] == self.epochs else ""))
+                    self.write(line + ("\n" if row["epoch"] == self.epochs else ""))
                 else:
-                    self.out.write(line + "\n")
-                self.out.flush()
+                    self.write(line + "\n")
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -245,8 +264,10 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
         trainer.fit()
     except Exception as err:  # Ray Train's TrainingFailedError and friends: the run used up its retries
         progress.stop()
+        kept = (f"The newest checkpoint is kept in {run_dir}; run the same command again to resume from it"
+                if checkpoints.candidates(run_dir) else "No checkpoint was written; fix the cause and run again")
         message = (f"training failed after {cfg.run.max_failures} allowed worker-group restarts: {root_cause(err)}. "
-                   f"The newest checkpoint is kept in {run_dir}; run the same command again to resume from it.")
+                   f"{kept}. Full worker logs: Ray's session logs (logs/worker-*.err) or the dashboard.")
         result = summarize(run_dir, "failed", started, message)
         runs.write_result(run_dir, result)
         return Outcome(run_dir, result)

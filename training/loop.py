@@ -322,21 +322,22 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 def restore(model: nn.Module, optimizer: torch.optim.Optimizer, run_dir: Path, is_rank_zero: bool) -> tuple[int, Optional[int]]:
-    """Load the newest readable checkpoint (Ray Train's latest first, then the run directory's, newest first).
+    """Load the newest readable checkpoint of the run directory (Ray Train's latest among them).
     Returns (first epoch to train, epoch restored or None)."""
     import ray.train
 
     latest = ray.train.get_checkpoint()
-    preferred = [Path(latest.path)] if latest is not None else []
-    warn = (lambda msg: print(f"raytrain: warning: {msg}", flush=True)) if is_rank_zero else (lambda msg: None)
-    found = checkpoints.load_newest(checkpoints.candidates(run_dir, preferred), warn)
+    ray_latest = [Path(latest.path)] if latest is not None else []
+    # The driver prints these events (worker output is not forwarded to it).
+    warn = (lambda msg: runs.append_event(run_dir, "warning", message=msg)) if is_rank_zero else (lambda msg: None)
+    found = checkpoints.load_newest(checkpoints.candidates(run_dir, ray_latest), warn)
     if found is None:
         return 1, None
     path, state = found
     _unwrap(model).load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     if is_rank_zero:
-        print(f"raytrain: resuming from {path.name} (epoch {state['epoch']})", flush=True)
+        runs.append_event(run_dir, "restored", checkpoint=path.name, epoch=int(state["epoch"]))
     return int(state["epoch"]) + 1, int(state["epoch"])
 
 

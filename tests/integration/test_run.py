@@ -133,3 +133,14 @@ def test_digits_on_ray_data_reaches_ninety_percent(tmp_path):
     result = result_of(tmp_path / "digits")
     assert result["metrics"]["val_accuracy"] >= 0.90, result
     checks.assert_run_completed(tmp_path / "digits", 12)
+
+
+def test_a_run_that_fails_every_retry_exits_with_one_paragraph(tmp_path):
+    # A model that does not fit its data passes validation but fails in every worker: a training failure.
+    done = run("run", "linear", "--storage", str(tmp_path), "--set", "model.in_features=2",
+               "--set", "run.max_failures=0")
+    assert done.returncode == 1
+    assert "training failed after 0 allowed worker-group restarts" in done.stderr
+    assert "shapes cannot be multiplied" in done.stderr and "No checkpoint was written" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+    assert result_of(tmp_path / "linear")["status"] == "failed"
