@@ -174,12 +174,12 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from training.bench import BenchSettings, run_bench
+    from training.bench import ALL_PARTS, BenchSettings, run_bench
 
     if args.rounds < 1 or args.steps < 2 or args.threads < 1:
         _error("bench: --rounds and --threads must be >= 1 and --steps >= 2. Fix: e.g. --rounds 3 --steps 20")
         return EXIT_USAGE
-    return run_bench(BenchSettings(rounds=args.rounds, parts=tuple(args.parts), out_dir=args.out,
+    return run_bench(BenchSettings(rounds=args.rounds, parts=tuple(args.parts or ALL_PARTS), out_dir=args.out,
                                    steps=args.steps, torch_threads=args.threads, p3_preset=args.preset))
 
 
@@ -189,7 +189,7 @@ def add_bench_command(sub) -> None:
     d = BenchSettings()
     bench = sub.add_parser("bench", help="measure raytrain against raw PyTorch: throughput, ingest, time to first "
                                          "step, recovery, scaling (JSON lines, results.json, bench.png)")
-    bench.add_argument("parts", nargs="*", default=list(ALL_PARTS), choices=ALL_PARTS, metavar="PART",
+    bench.add_argument("parts", nargs="*", choices=ALL_PARTS, metavar="PART",
                        help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
     bench.add_argument("--rounds", type=int, default=d.rounds, help="interleaved rounds per figure (>= 1)")
     bench.add_argument("--out", default=d.out_dir, metavar="DIR", help="where results.json and bench.png go")
