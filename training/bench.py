@@ -674,55 +674,62 @@ def scaling_round(cluster, s: BenchSettings, work: Path, num_workers: int, r: in
 
 
 def bench_cluster_parts(s: BenchSettings, work: Path, log: Callable[[str], None],
-                        emit: Callable[[list[dict]], None]) -> None:
+                        emit: Callable[[list[dict]], None], attempt: Callable[[str, Callable], None]) -> None:
     """p3 (running and cold, interleaved), scaling (1 and 2 workers, interleaved) and p4 on one local cluster."""
     log("starting a local cluster: head (num-cpus 0) + 2 worker nodes, token auth")
     cluster = bench_cluster(work / "shared")
+
+    def p3() -> None:
+        running, cold = [], []
+        for r in range(s.rounds):
+            for side in (("running", "cold") if r % 2 == 0 else ("cold", "running")):
+                if side == "running":
+                    running.append(p3_running_round(cluster, s, work, r))
+                else:
+                    cold.append(p3_cold_round(s, work, r))
+            log(f"p3 round {r + 1}: running cluster {running[-1]['first_step_s']:.1f}s "
+                f"({', '.join(f'{k} {v:.1f}' for k, v in running[-1].items())}), cold {cold[-1]['first_step_s']:.1f}s")
+        first = [x["first_step_s"] for x in running]
+        med = summary(first)["median"]
+        phases = {k: summary([x.get(k) for x in running])["median"] for k in running[0]}
+        emit([figure("p3_running_cluster_s", "s", first, target=f"<= {TARGETS['p3_running_s']}",
+                     met=med is not None and med <= TARGETS["p3_running_s"], preset=f"{s.p3_preset} --smoke-test",
+                     phase_medians_s=phases, cluster="head num-cpus 0 + 2 worker nodes, token auth"),
+              figure("p3_cold_embedded_s", "s", [x["first_step_s"] for x in cold],
+                     preset=f"{s.p3_preset} --smoke-test")])
+
+    def scaling() -> None:
+        one, two = [], []
+        for r in range(s.rounds):
+            for n in ((1, 2) if r % 2 == 0 else (2, 1)):
+                (one if n == 1 else two).append(scaling_round(cluster, s, work, n, r))
+            log(f"scaling round {r + 1}: 1 worker {one[-1]:.0f} samples/s, 2 workers {two[-1]:.0f} samples/s")
+        common = {"per_worker_batch": s.batch_size, "torch_threads": s.torch_threads,
+                  "note": f"2 worker nodes on one {os.cpu_count()}-core machine: CPU-bound, measured not claimed"}
+        emit([figure("scaling_1_worker_samples_per_s", "samples/s", one, **common),
+              figure("scaling_2_workers_samples_per_s", "samples/s", two, **common),
+              figure("scaling_2_over_1", "x", ratios(two, one), **common)])
+
+    def p4() -> None:
+        rows = []
+        for r in range(s.rounds):
+            rows.append(p4_round(cluster, s, work, r))
+            log(f"p4 round {r + 1}: " + ", ".join(f"{k} {v}" for k, v in rows[-1].items()))
+        lost = [x["completed_epochs_lost"] for x in rows]
+        nxt = [x["detected_to_next_step_s"] for x in rows]
+        med = summary(nxt)["median"]
+        emit([figure("p4_kill_to_next_step_s", "s", [x["kill_to_next_step_s"] for x in rows]),
+              figure("p4_kill_to_detected_s", "s", [x["kill_to_detected_s"] for x in rows]),
+              figure("p4_detected_to_next_step_s", "s", nxt, target=f"<= {TARGETS['p4_next_step_s']}",
+                     met=med is not None and med <= TARGETS["p4_next_step_s"]),
+              figure("p4_completed_epochs_lost", "epochs", lost, target="<= 1 (checkpoint_every)",
+                     met=bool(lost) and max(lost) <= 1, checkpoint_every=1,
+                     note="plus the partial epoch in flight at the kill")])
+
     try:
-        if "p3" in s.parts:
-            running, cold = [], []
-            for r in range(s.rounds):
-                for side in (("running", "cold") if r % 2 == 0 else ("cold", "running")):
-                    if side == "running":
-                        running.append(p3_running_round(cluster, s, work, r))
-                    else:
-                        cold.append(p3_cold_round(s, work, r))
-                log(f"p3 round {r + 1}: running cluster {running[-1]['first_step_s']:.1f}s "
-                    f"({', '.join(f'{k} {v:.1f}' for k, v in running[-1].items())}), cold {cold[-1]['first_step_s']:.1f}s")
-            first = [x["first_step_s"] for x in running]
-            med = summary(first)["median"]
-            phases = {k: summary([x.get(k) for x in running])["median"] for k in running[0]}
-            emit([figure("p3_running_cluster_s", "s", first, target=f"<= {TARGETS['p3_running_s']}",
-                         met=med is not None and med <= TARGETS["p3_running_s"], preset=f"{s.p3_preset} --smoke-test",
-                         phase_medians_s=phases, cluster="head num-cpus 0 + 2 worker nodes, token auth"),
-                  figure("p3_cold_embedded_s", "s", [x["first_step_s"] for x in cold],
-                         preset=f"{s.p3_preset} --smoke-test")])
-        if "scaling" in s.parts:
-            one, two = [], []
-            for r in range(s.rounds):
-                for n in ((1, 2) if r % 2 == 0 else (2, 1)):
-                    (one if n == 1 else two).append(scaling_round(cluster, s, work, n, r))
-                log(f"scaling round {r + 1}: 1 worker {one[-1]:.0f} samples/s, 2 workers {two[-1]:.0f} samples/s")
-            common = {"per_worker_batch": s.batch_size, "torch_threads": s.torch_threads,
-                      "note": f"2 worker nodes on one {os.cpu_count()}-core machine: CPU-bound, measured not claimed"}
-            emit([figure("scaling_1_worker_samples_per_s", "samples/s", one, **common),
-                  figure("scaling_2_workers_samples_per_s", "samples/s", two, **common),
-                  figure("scaling_2_over_1", "x", ratios(two, one), **common)])
-        if "p4" in s.parts:
-            rows = []
-            for r in range(s.rounds):
-                rows.append(p4_round(cluster, s, work, r))
-                log(f"p4 round {r + 1}: " + ", ".join(f"{k} {v}" for k, v in rows[-1].items()))
-            lost = [x["completed_epochs_lost"] for x in rows]
-            nxt = [x["detected_to_next_step_s"] for x in rows]
-            med = summary(nxt)["median"]
-            emit([figure("p4_kill_to_next_step_s", "s", [x["kill_to_next_step_s"] for x in rows]),
-                  figure("p4_kill_to_detected_s", "s", [x["kill_to_detected_s"] for x in rows]),
-                  figure("p4_detected_to_next_step_s", "s", nxt, target=f"<= {TARGETS['p4_next_step_s']}",
-                         met=med is not None and med <= TARGETS["p4_next_step_s"]),
-                  figure("p4_completed_epochs_lost", "epochs", lost, target="<= 1 (checkpoint_every)",
-                         met=bool(lost) and max(lost) <= 1, checkpoint_every=1,
-                         note="plus the partial epoch in flight at the kill")])
+        for name, part in (("p3", p3), ("scaling", scaling), ("p4", p4)):
+            if name in s.parts:
+                attempt(name, part)
     finally:
         cluster.stop()
 
@@ -840,13 +847,21 @@ def run_bench(s: BenchSettings, out: TextIO = sys.stdout, err: TextIO = sys.stde
         figures.extend(rows)
         write_results(out_dir, machine, s, figures)
 
+    def attempt(name: str, part: Callable[[], None]) -> None:
+        """A part that fails is reported as a figure with its error; the other parts still run."""
+        try:
+            part()
+        except Exception as error:  # noqa: BLE001 - reported, not hidden
+            log(f"{name} failed: {error}")
+            emit([{"figure": name, "error": str(error)[-1500:]}])
+
     try:
         if "p1" in s.parts or "p2" in s.parts:
-            emit(bench_throughput(s, work, log))
+            attempt("p1_p2", lambda: emit(bench_throughput(s, work, log)))
         if any(p in s.parts for p in ("p3", "p4", "scaling")):
-            bench_cluster_parts(s, work, log, emit)
+            attempt("cluster", lambda: bench_cluster_parts(s, work, log, emit, attempt))
         if "gpu" in s.parts:
-            emit(bench_gpu(s, work, log))
+            attempt("gpu", lambda: emit(bench_gpu(s, work, log)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     path = write_results(out_dir, machine, s, figures)
