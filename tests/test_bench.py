@@ -135,3 +135,16 @@ def test_gpu_part_is_skipped_with_its_reason_without_cuda(tmp_path):
 def test_bench_rejects_bad_arguments(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_markdown_table_names_the_machine_and_every_figure():
+    figures = [bench.figure("p1_ratio", "x", [0.98, 0.99, 0.97], target=">= 0.97", met=True),
+               bench.figure("p3_running_cluster_s", "s", [20.0, 22.0, 30.0], target="<= 8.0", met=False),
+               bench.skipped("gpu_vit", "no CUDA device"),
+               {"figure": "p4", "error": "no step after the kill\ndetails"}]
+    text = bench.markdown(figures, {"cores": 2, "cpu": "AMD EPYC", "memory_gib": 23.5, "load_avg_at_start": [12.0],
+                                    "torch": "2.13.0", "ray": "2.55.1"}, bench.BenchSettings())
+    assert text.startswith("Machine: 2 cores (AMD EPYC)") and "load average 12.0" in text
+    assert "| p1_ratio | x | 0.98 | 0.97 | 0.99 | 3 | >= 0.97 | yes |" in text
+    assert "| p3_running_cluster_s | s | 22 | 20 | 30 | 3 | <= 8.0 | no |" in text
+    assert "skipped: no CUDA device" in text and "error: no step after the kill |" in text

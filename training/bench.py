@@ -126,6 +126,26 @@ def write_results(out_dir: Path, machine: dict, settings: BenchSettings, figures
     return path
 
 
+def markdown(figures: list[dict], machine: dict, settings: BenchSettings) -> str:
+    """The figures as a Markdown table (what docs/benchmarks.md shows), with the machine they came from."""
+    def num(v):
+        return "-" if v is None else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+    lines = [f"Machine: {machine.get('cores')} cores ({machine.get('cpu')}), {machine.get('memory_gib')} GiB, "
+             f"load average {machine.get('load_avg_at_start', [0])[0]:.1f} at the start; torch {machine.get('torch')}, "
+             f"Ray {machine.get('ray')}; {settings.rounds} interleaved rounds.", "",
+             "| figure | unit | median | min | max | rounds | target | met |", "|---|---|---|---|---|---|---|---|"]
+    for f in figures:
+        if "skipped" in f or "error" in f:
+            why = f"skipped: {f['skipped']}" if "skipped" in f else f"error: {f['error'].splitlines()[0][:120]}"
+            lines.append(f"| {f['figure']} | | | | | | {why} | |")
+            continue
+        met = "" if f.get("met") is None else ("yes" if f["met"] else "no")
+        lines.append(f"| {f['figure']} | {f['unit']} | {num(f['median'])} | {num(f['min'])} | {num(f['max'])} | "
+                     f"{f['n']} | {f.get('target', '')} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
 def chart(figures: list[dict], path: Path, title: str) -> Path:
     """One panel per part: bars at the median, whiskers from min to max, a dashed line at the target."""
     import matplotlib
@@ -865,6 +885,7 @@ def run_bench(s: BenchSettings, out: TextIO = sys.stdout, err: TextIO = sys.stde
     finally:
         shutil.rmtree(work, ignore_errors=True)
     path = write_results(out_dir, machine, s, figures)
+    (out_dir / "results.md").write_text(markdown(figures, machine, s))
     png = chart(figures, out_dir / "bench.png",
                 f"raytrain bench: {machine['cores']} cores, {machine['cpu']}, "
                 f"{s.rounds} rounds (bars: median, whiskers: min-max)")
