@@ -98,7 +98,7 @@ def test_timed_training_runs_the_package_loop_and_times_only_after_warmup():
     result = bench.timed_training(model, optimizer, batches, warmup=2, steps=3)
     assert result["steps"] == 3  # 2 warmup + 3 timed; the sixth batch is never drawn
     assert result["samples_per_s"] > 0 and result["step_s"] > 0
-    assert 0 <= result["wait_share"] < 1
+    assert 0 <= result["wait_share"] < 1 and result["samples_per_cpu_s"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # it really trained
 
 

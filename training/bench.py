@@ -267,9 +267,11 @@ def timed_training(model, optimizer, batches: Iterable, warmup: int, steps: int)
 
     timed = TimedBatches((_as_xy(b) for b in batches), warmup + steps)
     marks: list[float] = []
+    cpu_marks: list[float] = []
 
     def on_step(step: int) -> None:
         marks.append(time.perf_counter())
+        cpu_marks.append(time.process_time())
 
     began = time.perf_counter()
     stats = train_epoch(model, timed, optimizer, F.cross_entropy, on_step=on_step)
@@ -280,8 +282,12 @@ def timed_training(model, optimizer, batches: Iterable, warmup: int, steps: int)
     per_step = stats.samples / max(len(marks), 1)
     # waits[i] precedes step i+1; the window holds steps warmup+1 .. end, whose waits are waits[warmup:].
     waiting = sum(timed.waits[warmup:len(marks)])
+    # CPU seconds of the training process over the same window: on a shared, loaded machine, samples per CPU
+    # second compares the two sides' own cost even when their share of the CPU differs.
+    cpu = cpu_marks[-1] - cpu_marks[warmup - 1] if warmup else cpu_marks[-1]
     return {"samples_per_s": timed_steps * per_step / window, "step_s": window / timed_steps,
-            "wait_share": waiting / window, "steps": timed_steps}
+            "wait_share": waiting / window, "steps": timed_steps,
+            "samples_per_cpu_s": timed_steps * per_step / cpu if cpu > 0 else None}
 
 
 def timed_ingest(batches: Iterable, count: int) -> dict:
@@ -435,6 +441,7 @@ def bench_throughput(s: BenchSettings, work: Path, log: Callable[[str], None]) -
     torch_sps = [r["train"]["samples_per_s"] for r in raw]
     ray_sps = [r["train"]["samples_per_s"] for r in rt]
     ratio = ratios(ray_sps, torch_sps)
+    cpu_ratio = ratios([r["train"].get("samples_per_cpu_s") for r in rt], [r["train"].get("samples_per_cpu_s") for r in raw])
     wait_rt = [r["train"]["wait_share"] for r in rt]
     wait_raw = [r["train"]["wait_share"] for r in raw]
     common = {"batch_size": s.batch_size, "torch_threads": s.torch_threads, "model": f"small_cnn width {s.cnn_width}"}
@@ -446,6 +453,8 @@ def bench_throughput(s: BenchSettings, work: Path, log: Callable[[str], None]) -
             figure("p1_ray_train_samples_per_s", "samples/s", ray_sps, **common),
             figure("p1_ratio", "x", ratio, target=f">= {TARGETS['p1_ratio']}",
                    met=med is not None and med >= TARGETS["p1_ratio"], **common),
+            figure("p1_ratio_per_cpu_second", "x", cpu_ratio, note="samples per CPU-second of the training process: "
+                   "the two sides' own cost, less sensitive to how much CPU a loaded machine gives each", **common),
         ]
     if "p2" in s.parts:
         med = summary(wait_rt)["median"]
