@@ -215,7 +215,7 @@ def test_killed_driver_is_retried_and_resumes(tmp_path):
 
 
 def test_workers_that_never_fit_fail_fast(tmp_path):
-    job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml", job={"scaling": {"num_workers": 8}})
+    job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml", job={"scaling": {"num_workers": 8, "cpus_per_worker": 1}})
     code, output, seconds = Emulation(str(job), "--values", str(KIND_VALUES)).finish(timeout=300)
     print(f"never-fitting job failed in {seconds:.0f}s")
     assert code == 1, output[-4000:]
@@ -224,7 +224,7 @@ def test_workers_that_never_fit_fail_fast(tmp_path):
 
 
 def test_token_auth_refuses_a_submission_without_the_token_and_keep_then_stop(tmp_path):
-    code, output, _ = Emulation(str(tiny_job(tmp_path / "job.yaml", "python -c 'print(42)'")), "--keep").finish()
+    code, output, _ = Emulation(str(tiny_job(tmp_path / "job.yaml", "python -c 'import sys; print(42)'")), "--keep").finish()
     assert code == 0, output[-4000:]
     run_id = re.search(r"stop it with: scripts/ray-cluster stop (rte[0-9a-f]{6})", output).group(1)
     state = json.loads((localcluster.RUN_ROOT / run_id / "state.json").read_text())
