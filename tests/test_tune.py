@@ -76,3 +76,9 @@ def test_missing_search_file_says_what_to_pass(tmp_path):
 ])
 def test_trials_run_concurrently_only_as_far_as_the_cluster_holds_them(nodes, per_worker, workers, asked, expected):
     assert concurrent_trials(nodes, per_worker, workers, asked) == expected
+
+
+def test_ray_data_keeps_its_reserved_cpu_when_trials_are_packed():
+    # 2 CPUs, workers at 0.5 CPU (the launcher's auto sizing with Ray Data): one trial, not two.
+    assert concurrent_trials([{"CPU": 2.0}], {"CPU": 0.5}, 2, 0, reserve_cpus=1.0) == 1
+    assert concurrent_trials([{"CPU": 2.0}], {"CPU": 0.5}, 2, 0) == 2

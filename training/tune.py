@@ -180,6 +180,10 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     runs.write_config(run_dir, dump_yaml(cfg))
     started = time.time()
+    datasets = None
+    if cfg.data.loader == "ray":  # each trial streams its own copy of the data
+        train_ds, val_ds = DATASETS[cfg.data.name].ray_datasets(cfg.data.params, data_context(cfg))
+        datasets = {"train": train_ds, **({"val": val_ds} if val_ds is not None else {})}
     # The same TorchTrainer as `raytrain run` builds (training/launcher.py), plus the callback that reports to Tune.
     trainer = TorchTrainer(
         train_loop_per_worker,
@@ -193,6 +197,7 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=[TuneReportCallback()],
         ),
+        datasets=datasets,
     )
     try:
         trainer.fit()
@@ -206,8 +211,13 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
 # the sweep
 
 
-def concurrent_trials(nodes: list[dict], per_worker: dict, num_workers: int, asked: int) -> int:
-    """How many trials' worker groups the cluster holds at once (at least 1), capped by what was asked."""
+def concurrent_trials(nodes: list[dict], per_worker: dict, num_workers: int, asked: int,
+                      reserve_cpus: float = 0.0) -> int:
+    """How many trials' worker groups the cluster holds at once (at least 1), capped by what was asked, with
+    `reserve_cpus` kept free on the largest node (Ray Data's tasks, as the launcher keeps them for one run)."""
+    nodes = sorted((dict(n) for n in nodes), key=lambda n: n.get("CPU", 0.0), reverse=True)
+    if nodes and reserve_cpus:
+        nodes[0]["CPU"] = max(nodes[0].get("CPU", 0.0) - reserve_cpus, 0.0)
     fit = max(1, workers_that_fit(nodes, per_worker) // num_workers)
     return min(fit, asked) if asked else fit
 
@@ -218,9 +228,6 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
 
     import ray.tune
 
-    if cfg.data.loader == "ray":
-        raise ConfigError(f"{cfg.source}: data.loader: 'ray' is not supported by raytrain tune yet. Fix: use "
-                          f"data.loader=torch for the sweep.")
     check_space(cfg, search)
     started = time.time()
     tune_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
@@ -233,7 +240,8 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     print(f"raytrain: {connect_ray(address)}; tune directory {tune_dir}", file=out, flush=True)
     nodes = alive_node_resources()
     per_worker = size_workers(cfg, nodes)
-    concurrent = concurrent_trials(nodes, per_worker, cfg.scaling.num_workers, search.max_concurrent_trials)
+    reserve = 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0.0) for n in nodes) >= 2 else 0.0
+    concurrent = concurrent_trials(nodes, per_worker, cfg.scaling.num_workers, search.max_concurrent_trials, reserve)
     print(f"raytrain: tuning {cfg.run.name}: {search.num_samples} trials of {cfg.scaling.num_workers} workers, "
           f"{concurrent} at a time, {search.mode} {search.metric} over {', '.join(search.space)}", file=out, flush=True)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)

@@ -79,12 +79,11 @@ def ray_datasets(p: StreamingParams, ctx):
 
 
 class GeneratedDataset:
-    """The same images as a lazy map-style dataset (`raytrain local streaming`, `data.loader: torch`): generated
-    block by block on access, the last block cached, so it never holds more than one block either."""
+    """The same images as a lazy map-style dataset (`raytrain local streaming`, `data.loader: torch`): each image
+    is generated from its id on access, so nothing is held and any shuffle order costs the same."""
 
     def __init__(self, p: StreamingParams):
         self.p, self.generate, self.preprocess = p, GenerateImages(p), Preprocess(p)
-        self.cached = (-1, None)
 
     def __len__(self) -> int:
         return num_images(self.p)
@@ -92,13 +91,10 @@ class GeneratedDataset:
     def __getitem__(self, index: int):
         import torch
 
-        block, row = divmod(index, self.p.rows_per_block)
-        if self.cached[0] != block:
-            start = block * self.p.rows_per_block
-            ids = np.arange(start, min(start + self.p.rows_per_block, len(self)))
-            self.cached = (block, self.preprocess(self.generate({"id": ids})))
-        batch = self.cached[1]
-        return torch.from_numpy(batch["x"][row]), int(batch["y"][row])
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        sample = self.preprocess(self.generate({"id": np.asarray([index])}))
+        return torch.from_numpy(sample["x"][0]), int(sample["y"][0])
 
 
 def torch_datasets(p: StreamingParams, ctx):
