@@ -209,13 +209,39 @@ def summarize(run_dir: Path, status: str, started: float, error: Optional[str] =
     return result
 
 
-def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout) -> Outcome:
-    """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}."""
+def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = ()):
+    """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
+    `raytrain tune` adds its TuneReportCallback through `callbacks`."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
     from training.loop import train_loop_per_worker
 
+    datasets = None
+    if cfg.data.loader == "ray":
+        train_ds, val_ds = DATASETS[cfg.data.name].ray_datasets(cfg.data.params, data_context(cfg))
+        datasets = {"train": train_ds, **({"val": val_ds} if val_ds is not None else {})}
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"]},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=cfg.scaling.num_workers,
+            use_gpu=cfg.scaling.use_gpu,
+            resources_per_worker=per_worker,
+        ),
+        run_config=ray.train.RunConfig(
+            name=cfg.run.name,
+            storage_path=str(run_dir.parent),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
+            callbacks=list(callbacks),
+        ),
+        datasets=datasets,
+    )
+
+
+def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout) -> Outcome:
+    """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}."""
     started = time.time()
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     runs.write_config(run_dir, dump_yaml(cfg))
@@ -232,27 +258,7 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
     except LaunchError as err:
         runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
         raise
-    datasets = None
-    if cfg.data.loader == "ray":
-        train_ds, val_ds = spec.ray_datasets(cfg.data.params, data_context(cfg))
-        datasets = {"train": train_ds, **({"val": val_ds} if val_ds is not None else {})}
-
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"]},
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=cfg.scaling.num_workers,
-            use_gpu=cfg.scaling.use_gpu,
-            resources_per_worker=per_worker,
-        ),
-        run_config=ray.train.RunConfig(
-            name=cfg.run.name,
-            storage_path=str(run_dir.parent),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
-        ),
-        datasets=datasets,
-    )
+    trainer = build_trainer(cfg, run_dir, per_worker)
     shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
     print(f"raytrain: training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
           f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", file=out, flush=True)

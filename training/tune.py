@@ -22,15 +22,15 @@ import copy
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from training import runs
 from training.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
 from training.data import DATASETS, DataUnavailable, data_context
-from training.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, connect_ray, root_cause,
-                               size_workers, summarize, workers_that_fit)
+from training.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
+                               connect_ray, root_cause, size_workers, summarize, workers_that_fit)
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments
 TUNABLE_SECTIONS = ("model", "data", "train")
@@ -165,12 +165,8 @@ def param_space(search: SearchSpec) -> dict:
 
 def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     """One Tune trial: a Ray Train run of the base config with `params` set, reporting to Tune."""
-    import ray.train
     import ray.tune
-    from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
-
-    from training.loop import train_loop_per_worker
 
     trial_id = ray.tune.get_context().get_trial_id()
     raw = copy.deepcopy(base)
@@ -180,25 +176,7 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     runs.write_config(run_dir, dump_yaml(cfg))
     started = time.time()
-    datasets = None
-    if cfg.data.loader == "ray":  # each trial streams its own copy of the data
-        train_ds, val_ds = DATASETS[cfg.data.name].ray_datasets(cfg.data.params, data_context(cfg))
-        datasets = {"train": train_ds, **({"val": val_ds} if val_ds is not None else {})}
-    # The same TorchTrainer as `raytrain run` builds (training/launcher.py), plus the callback that reports to Tune.
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"]},
-        scaling_config=ray.train.ScalingConfig(num_workers=cfg.scaling.num_workers, use_gpu=cfg.scaling.use_gpu,
-                                               resources_per_worker=per_worker),
-        run_config=ray.train.RunConfig(
-            name=cfg.run.name,
-            storage_path=str(run_dir.parent),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
-            callbacks=[TuneReportCallback()],
-        ),
-        datasets=datasets,
-    )
+    trainer = build_trainer(cfg, run_dir, per_worker, callbacks=(TuneReportCallback(),))
     try:
         trainer.fit()
     except Exception as err:
