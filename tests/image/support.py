@@ -17,8 +17,8 @@ def sh(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
-def build_env() -> dict[str, str]:
-    env = dict(os.environ)
+def build_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ) | (overrides or {})
     for name in ("IMAGE", "TAG", "BASE_IMAGE"):
         env.pop(name, None)
     wheels = env.get("RAYTRAIN_IMAGE_WHEELS", "/opt/wheels")
@@ -39,7 +39,7 @@ def build(*args: str, cwd: Path = ROOT, env_extra: dict[str, str] | None = None)
     """Run build-image (plain progress); returns its output and seconds taken. Fails the test with the output's
     tail when the build fails. RAYTRAIN_IMAGE_BASE=official builds on the Dockerfile's default base
     (rayproject/ray, pulled) instead of the offline local base."""
-    env = build_env() | (env_extra or {})
+    env = build_env(env_extra)
     base = [] if env.get("RAYTRAIN_IMAGE_BASE") == "official" else ["--local-base"]
     start = time.monotonic()
     out = sh([str(cwd / "scripts" / "build-image"), *base, *args, "--", "--progress=plain"],
