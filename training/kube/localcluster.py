@@ -629,9 +629,12 @@ class LocalCluster:
             if len(nodes) >= count:
                 return nodes
             if dead or time.monotonic() > deadline:
-                logs = ", ".join(n.log for n in self.nodes)
+                # The run dir goes with the teardown: keep the end of each failed node's log in the message.
+                tails = "".join(f"\n--- {n.spec.name} ({n.log}), last lines:\n"
+                                + "\n".join(Path(n.log).read_text(errors="replace").splitlines()[-8:])
+                                for n in self.nodes if n.spec.name in dead and Path(n.log).exists())
                 raise ClusterError(f"only {len(nodes)} of {count} Ray nodes joined within {timeout:.0f}s "
-                                   f"(exited: {dead or 'none'}); see the node logs: {logs}")
+                                   f"(exited: {dead or 'none'}){tails}")
             time.sleep(1)
 
     def _make_network(self) -> None:
