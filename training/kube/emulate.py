@@ -416,6 +416,9 @@ class Emulation:
                 if cluster.node_exited(cluster.head):
                     self.status.deployment, self.status.reason = "Failed", "AppFailed"
                     self.status.job_status = "FAILED"
+                    # Counted like any failed attempt, so backoffLimit bounds the retries (uncounted, a dead head
+                    # on a cluster that is not restarted was retried forever).
+                    self.status.failed += 1
                     self.status.message = f"the head node died; see {cluster.head.log}"
                     return False
                 for node in cluster.nodes[1:]:
