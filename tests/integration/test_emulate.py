@@ -169,9 +169,11 @@ def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
     directory = run_dir(run_id, "linear")
     # Kill mid-interval, after the first checkpoint: epoch 7 of 5-epoch intervals.
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
-    killed = localcluster.kill_node(localcluster.RUN_ROOT / run_id / "state.json", "worker-1")
-    newest_before = max(checks.checkpoint_epochs(directory), default=0)
     epoch_before = max(checks.metrics_epochs(directory))
+    killed = localcluster.kill_node(localcluster.RUN_ROOT / run_id / "state.json", "worker-1")
+    # A checkpoint is complete once a later epoch is recorded (its report returned before that epoch trained);
+    # a newer one may still be mid-upload when the node dies.
+    newest_before = max((e for e in checks.checkpoint_epochs(directory) if e < epoch_before), default=0)
     assert killed, "no processes of worker-1 to kill"
     code, output, seconds = run.finish()
     checks.assert_run_completed(directory, EPOCHS)
@@ -197,10 +199,10 @@ def test_killed_driver_is_retried_and_resumes(tmp_path):
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
     drivers = localcluster.node_processes(state, "head", "raytrain run job.yaml")
     assert drivers, "no driver process on the head node"
+    epoch_before = max(checks.metrics_epochs(directory))
     for pid in drivers:
         os.kill(pid, signal.SIGKILL)
-    newest_before = max(checks.checkpoint_epochs(directory), default=0)
-    epoch_before = max(checks.metrics_epochs(directory))
+    newest_before = max((e for e in checks.checkpoint_epochs(directory) if e < epoch_before), default=0)
     code, output, seconds = run.finish()
     assert "Retrying" in output, output[-4000:]
     checks.assert_run_completed(directory, EPOCHS)
