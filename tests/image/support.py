@@ -18,9 +18,7 @@ def sh(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
 
 
 def build_env(overrides: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ) | (overrides or {})
-    for name in ("IMAGE", "TAG", "BASE_IMAGE"):
-        env.pop(name, None)
+    env = {k: v for k, v in os.environ.items() if k not in ("IMAGE", "TAG", "BASE_IMAGE")} | (overrides or {})
     wheels = env.get("RAYTRAIN_IMAGE_WHEELS", "/opt/wheels")
     if wheels and list(Path(wheels).glob("torch-*.whl")):
         env["WHEELS_DIR"] = wheels
