@@ -542,8 +542,9 @@ class FollowedJob:
         status = subprocess.run([str(Path(sys.executable).parent / "ray"), "job", "status", "--address",
                                  self.cluster.dashboard_url, self.job_id], env=self.env, capture_output=True,
                                 text=True)
+        text = (status.stdout + status.stderr + "\n".join(line for _, line in self.lines[-5:])).upper()
         for state in ("SUCCEEDED", "FAILED", "STOPPED"):
-            if state in status.stdout:
+            if state in text:
                 return state
         return "UNKNOWN"
 
