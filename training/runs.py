@@ -22,15 +22,16 @@ def run_dir_of(storage_path: str, name: str) -> Path:
     return Path(storage_path).expanduser().absolute() / name
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write by rename, so that a reader (or a crash) never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
 def write_config(run_dir: Path, config_yaml: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(run_dir / CONFIG_FILE, config_yaml)
+    write_atomic(run_dir / CONFIG_FILE, config_yaml)
 
 
 def _append_line(path: Path, row: dict) -> None:
@@ -64,7 +65,7 @@ def truncate_metrics(run_dir: Path, last_epoch: int) -> None:
     path = run_dir / METRICS_FILE
     if path.exists():
         kept = [row for row in read_metrics(run_dir) if row.get("epoch", 0) <= last_epoch]
-        _write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
+        write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 def append_event(run_dir: Path, event: str, **fields: Any) -> None:
@@ -77,7 +78,7 @@ def read_events(run_dir: Path) -> list[dict]:
 
 def write_result(run_dir: Path, result: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+    write_atomic(run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
 
 
 def read_result(run_dir: Path) -> Optional[dict]:

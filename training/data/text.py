@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from training import runs
 from training.data import DataUnavailable, DatasetSpec
 
 PAD, UNK = 0, 1  # reserved ids; the model's embedding uses PAD as padding_idx
@@ -100,12 +101,6 @@ def vocab_path(p: TextParams, ctx) -> Path:
     return data_dir(p, ctx) / f"vocab-{p.vocab_size}.json"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------------------------------------
 # the generated corpus
 
@@ -160,7 +155,7 @@ def prepare(p: TextParams, ctx) -> None:
                 write_synthetic(p, ctx, directory)
             if not vocab_path(p, ctx).is_file():
                 docs, _ = read_csv(directory / p.train_file, p.num_classes)
-                _write_atomic(vocab_path(p, ctx), json.dumps(build_vocab(docs, p.vocab_size)))
+                runs.write_atomic(vocab_path(p, ctx), json.dumps(build_vocab(docs, p.vocab_size)))
     except OSError as err:
         raise DataUnavailable(f"cannot write to {directory} ({err.strerror}). Fix: make the data directory "
                               f"writable: the vocabulary is stored beside the data.") from None
