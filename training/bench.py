@@ -633,7 +633,7 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     would, and time the next optimizer step; count the completed epochs that are trained again."""
     from training import runs
     from training.config import resolve_config_path
-    from training.kube.localcluster import kill_node
+    from training.kube.localcluster import kill_node, node_processes
 
     name = f"p4-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
@@ -652,7 +652,10 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
         raise RuntimeError(f"p4: job {name} did not reach epoch 2; its log ends:\n{job.tail()}")
     time.sleep(0.3)  # into the next epoch, between checkpoints
     completed = max(row["epoch"] for row in runs.read_metrics(run_dir))
-    victim = cluster.node("worker-1")
+    # The node that holds a training worker (Ray packs both onto one node when they fit).
+    state_file = cluster.run_dir / "state.json"
+    hosts = [n for n in cluster.nodes[1:] if node_processes(state_file, n.spec.name, "RayTrainWorker")]
+    victim = hosts[0] if hosts else cluster.nodes[-1]
     t_kill = time.time()
     kill_node(cluster.run_dir / "state.json", victim.spec.name)
     cluster.restart_node(victim)  # KubeRay recreates a lost worker pod
@@ -664,7 +667,7 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
                            f"{job.tail()}")
     detected = job.first(PHASE_MARKERS["failure_detected_s"], t_kill)
     resumed = restarted.get("resumed_from_epoch") or 0
-    return {"kill_to_next_step_s": step["time"] - t_kill,
+    return {"killed_node": victim.spec.name, "kill_to_next_step_s": step["time"] - t_kill,
             "detected_to_next_step_s": step["time"] - detected if detected else None,
             "kill_to_detected_s": detected - t_kill if detected else None,
             "epochs_completed_at_kill": completed, "resumed_from_epoch": resumed,
