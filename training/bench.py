@@ -886,7 +886,8 @@ def run_bench(s: BenchSettings, out: TextIO = sys.stdout, err: TextIO = sys.stde
             part()
         except Exception as error:  # noqa: BLE001 - reported, not hidden
             log(f"{name} failed: {error}")
-            emit([{"figure": name, "error": str(error)[-1500:]}])
+            text = str(error)
+            emit([{"figure": name, "error": text if len(text) <= 1500 else f"{text[:300]} ... {text[-1200:]}"}])
 
     try:
         if "p1" in s.parts or "p2" in s.parts:
