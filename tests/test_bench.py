@@ -148,3 +148,8 @@ def test_markdown_table_names_the_machine_and_every_figure():
     assert "| p1_ratio | x | 0.98 | 0.97 | 0.99 | 3 | >= 0.97 | yes |" in text
     assert "| p3_running_cluster_s | s | 22 | 20 | 30 | 3 | <= 8.0 | no |" in text
     assert "skipped: no CUDA device" in text and "error: no step after the kill |" in text
+
+
+def test_a_target_with_nothing_measured_is_neither_met_nor_missed():
+    row = bench.figure("p4_detected_to_next_step_s", "s", [None, None], target="<= 10.0", met=False)
+    assert row["met"] is None and row["n"] == 0

@@ -77,7 +77,7 @@ def figure(name: str, unit: str, values: list[Optional[float]], *, target: Optio
     row = {"figure": name, "unit": unit, **summary(values), "rounds": values}
     if target is not None:
         row["target"] = target
-        row["met"] = met
+        row["met"] = met if row["median"] is not None else None  # nothing measured: neither met nor missed
     row.update(extra)
     return row
 
