@@ -157,7 +157,8 @@ def _crd_dir(args: argparse.Namespace) -> Path:
 def cmd_validate(args: argparse.Namespace) -> int:
     from training.kube.validate import validate_paths
 
-    problems = validate_paths([Path(p) for p in args.paths], _crd_dir(args))
+    problems = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
+                              values=Path(args.values) if args.values else None)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
@@ -170,7 +171,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_emulate(args: argparse.Namespace) -> int:
     from training.kube.emulate import emulate
 
-    return emulate(Path(args.rayjob), Path(args.values) if args.values else None, args.keep, _crd_dir(args))
+    return emulate(Path(args.rayjob), Path(args.values) if args.values else None, args.keep, _crd_dir(args),
+                   shared_dir=Path(args.shared) if args.shared else None)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -232,12 +234,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check values files, charts and manifests before they reach a cluster")
     validate.add_argument("paths", nargs="+", metavar="PATH")
     validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
+    validate.add_argument("--values", metavar="VALUES.yaml",
+                          help="chart values a clusterSelector RayJob's target cluster is rendered with "
+                               "(default: the chart's values.yaml)")
     validate.set_defaults(func=cmd_validate)
 
     emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")
     emulate.add_argument("rayjob", metavar="RAYJOB.yaml")
     emulate.add_argument("--values", metavar="VALUES.yaml", help="chart values for a clusterSelector RayJob")
     emulate.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    emulate.add_argument("--shared", metavar="DIR", help="directory backing /mnt/shared (reuse it to resubmit a "
+                                                         "job against an earlier emulation's runs)")
     emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     emulate.set_defaults(func=cmd_emulate)
     add_bench_command(sub)
