@@ -326,7 +326,11 @@ def in_fresh_process(function: str, params: dict) -> dict:
     its result; parameters and result travel as JSON over stdin/stdout."""
     code = ("import json, sys; from training import bench; "
             f"r = bench.{function}(json.load(sys.stdin)); sys.stdout.write('\\nBENCH-RESULT ' + json.dumps(r) + '\\n')")
-    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(params), capture_output=True, text=True)
+    # Ray starts its workers with OMP_NUM_THREADS set to their CPUs; the raw side gets the same thread settings.
+    threads = str(params.get("torch_threads", 1))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(params), capture_output=True, text=True,
+                          env=env)
     for line in proc.stdout.splitlines():
         if line.startswith("BENCH-RESULT "):
             return json.loads(line.split(" ", 1)[1])
