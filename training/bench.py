@@ -184,7 +184,7 @@ def chart(figures: list[dict], path: Path, title: str) -> Path:
         ax.bar(xs, meds, yerr=[lows, highs], capsize=6, color=["#4c72b0", "#dd8452", "#55a868"][: len(present)])
         ax.set_xticks(list(xs), [t for _, t in present])
         for x, m in zip(xs, meds):
-            ax.annotate(f"{m:.3g}", (x, m), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
+            ax.annotate(f"{m:.0f}" if m >= 100 else f"{m:.3g}", (x, m), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
         if target is not None:
             ax.axhline(target, linestyle="--", color="#c44e52", label=f"target {target:g}")
             ax.legend(loc="lower right", fontsize=8)
