@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
@@ -112,6 +113,9 @@ def connect_ray(address: Optional[str]) -> str:
     # (the session's logs/ directory, the dashboard, `ray job logs`).
     if ray.is_initialized():
         return "already connected"
+    # Ray 2.55 announces a future default with a FutureWarning on every init. We want today's behaviour (workers
+    # that asked for no GPU see none), so the tip is noise here.
+    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         return f"joined Ray cluster at {address}"
