@@ -261,19 +261,17 @@ def train_loop_per_worker(loop_config: dict) -> None:
     data = WorkerData(cfg, device)
     # Rank 0 records this worker group's first optimizer step (after a start or a resume): the time from
     # submission, or from a failure, to training again is read off events.jsonl (raytrain bench p3, p4).
-    first_step_pending = [is_rank_zero]
-
-    def on_step(step: int) -> None:
-        if first_step_pending[0]:
-            first_step_pending[0] = False
-            runs.append_event(run_dir, "first_step", epoch=epoch)
+    def record_first_step(step: int) -> None:
+        if step == 1:
+            runs.append_event(run_dir, "first_step", epoch=start_epoch)
 
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         began = time.perf_counter()
         train_stats = train_epoch(
             model, data.train_batches(epoch), optimizer, loss_fn,
             max_steps=cfg.train.max_steps_per_epoch, grad_clip=cfg.train.grad_clip,
-            amp_dtype=amp_dtype, scaler=scaler, on_step=on_step,
+            amp_dtype=amp_dtype, scaler=scaler,
+            on_step=record_first_step if is_rank_zero and epoch == start_epoch else None,
         ).reduced(device)
         seconds = time.perf_counter() - began
         val_batches = data.val_batches()
