@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -153,3 +154,21 @@ def test_markdown_table_names_the_machine_and_every_figure():
 def test_a_target_with_nothing_measured_is_neither_met_nor_missed():
     row = bench.figure("p4_detected_to_next_step_s", "s", [None, None], target="<= 10.0", met=False)
     assert row["met"] is None and row["n"] == 0
+
+
+def test_failure_detection_time_is_read_from_the_controller_log(tmp_path):
+    from training.bench import controller_log_time
+
+    logs = tmp_path / "n1" / "session_2026-11-21_11-00-00_1_1" / "logs" / "train"
+    logs.mkdir(parents=True)
+    line = lambda stamp, message: json.dumps({"asctime": stamp, "levelname": "INFO", "message": message})  # noqa: E731
+    (logs / "ray-train-sys-controller-abc.log").write_text("\n".join([
+        line("2026-11-21 11:00:05,250", "[FailurePolicy] RETRY\\n worker died"),
+        line("2026-11-21 11:00:09,000", "Requesting resources"),
+        line("2026-11-21 11:00:20,500", "[FailurePolicy] RETRY second failure"),
+        "not json [FailurePolicy]",
+    ]))
+    base = time.mktime(time.strptime("2026-11-21 11:00:00", "%Y-%m-%d %H:%M:%S"))
+    assert controller_log_time([tmp_path / "n1"], "[FailurePolicy]", base) == base + 5.25
+    assert controller_log_time([tmp_path / "n1"], "[FailurePolicy]", base + 6) == base + 20.5
+    assert controller_log_time([tmp_path / "n1", tmp_path / "n2"], "[FailurePolicy]", base + 30) is None
