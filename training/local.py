@@ -15,9 +15,8 @@ from torch.utils.data import DataLoader
 
 from training import runs
 from training.config import RunConfig, dump_yaml
-from training.data import DATASETS, data_context
+from training.data import DATASETS, DataUnavailable, data_context
 from training.launcher import LaunchError, Outcome, summarize
-from training.data import DataUnavailable
 from training.loop import (autocast_dtype, build_optimizer, evaluate, format_row, loss_function, metrics_row,
                            torch_threads, train_epoch)
 from training.models import build_model

@@ -41,7 +41,8 @@ def _append_line(path: Path, row: dict) -> None:
         os.fsync(handle.fileno())
 
 
-def _read_lines(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSON-lines file; a line cut short by a crash is skipped."""
     rows = []
     if path.exists():
         for line in path.read_text().splitlines():
@@ -57,7 +58,7 @@ def append_metrics(run_dir: Path, row: dict) -> None:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    return _read_lines(run_dir / METRICS_FILE)
+    return read_jsonl(run_dir / METRICS_FILE)
 
 
 def truncate_metrics(run_dir: Path, last_epoch: int) -> None:
@@ -73,7 +74,7 @@ def append_event(run_dir: Path, event: str, **fields: Any) -> None:
 
 
 def read_events(run_dir: Path) -> list[dict]:
-    return _read_lines(run_dir / EVENTS_FILE)
+    return read_jsonl(run_dir / EVENTS_FILE)
 
 
 def write_result(run_dir: Path, result: dict) -> None:

@@ -15,17 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-try:
-    from tests.e2e import kind_artifacts
-except ImportError:  # plain `pytest` without the repo root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.e2e import kind_artifacts
+from tests.e2e import kind_artifacts
 
 pytestmark = pytest.mark.e2e
 

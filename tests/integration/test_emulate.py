@@ -22,11 +22,7 @@ from typing import Callable
 import pytest
 import yaml
 
-try:
-    from tests.support import checks
-except ImportError:  # plain `pytest` without the repo root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.support import checks
+from tests.support import checks
 
 from training.kube import localcluster
 from training.kube.emulate import emulate

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import checks
+from training.kube import localcluster
 
 pytestmark = pytest.mark.integration
 
@@ -29,30 +30,6 @@ def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 def result_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
-
-
-def descendants(pid: int) -> list[int]:
-    """All processes below `pid` (the embedded Ray's raylet and workers are children of the driver)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_linear_reaches_its_bound_and_a_rerun_resumes_without_retraining(tmp_path):
@@ -87,7 +64,8 @@ def test_a_killed_worker_resumes_from_the_newest_checkpoint(tmp_path):
         while time.time() < deadline and max(checks.metrics_epochs(run_dir) or [0]) <= 2 * every:
             assert driver.poll() is None, driver.stdout.read()[-3000:]
             time.sleep(0.1)
-        workers = [p for p in descendants(driver.pid) if "RayTrainWorker" in cmdline(p)]
+        # The embedded Ray's raylet and workers are children of the driver; other Ray clusters may share the machine.
+        workers = sorted(set(localcluster.tree_pids(driver.pid)) & set(localcluster.pids_mentioning("RayTrainWorker")))
         assert workers, "no Ray Train worker process found under the driver"
         epoch_before = max(checks.metrics_epochs(run_dir))
         newest_before = max(e for e in checks.checkpoint_epochs(run_dir) if e < epoch_before)

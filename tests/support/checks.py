@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from training.runs import read_jsonl
+
 CHECKPOINT_PREFIX = "checkpoint_"
 
 
@@ -48,18 +50,6 @@ def assert_job_failed(rayjob: dict, reason: str = "AppFailed") -> None:
 
 
 # --------------------------------------------------------------------------------------------------- run directory
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
-
 
 def metrics_epochs(run_dir: Path) -> list[int]:
     return [row["epoch"] for row in read_jsonl(Path(run_dir) / "metrics.jsonl")]

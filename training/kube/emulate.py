@@ -34,7 +34,7 @@ from typing import IO, Any, Iterator
 import yaml
 
 from training.kube.localcluster import (
-    SHARED_MOUNT, ClusterError, LocalCluster, alive_nodes, clean_stale, cluster_shape, http_get,
+    ClusterError, LocalCluster, alive_nodes, clean_stale, cluster_shape, http_get,
 )
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
