@@ -274,11 +274,12 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
         trainer.fit()
     except Exception as err:  # Ray Train's TrainingFailedError and friends: the run used up its retries
         progress.stop()
+        result = summarize(run_dir, "failed", started)
         kept = (f"The newest checkpoint is kept in {run_dir}; run the same command again to resume from it"
-                if checkpoints.candidates(run_dir) else "No checkpoint was written; fix the cause and run again")
-        message = (f"training failed after {cfg.run.max_failures} allowed worker-group restarts: {root_cause(err)}. "
-                   f"{kept}. Full worker logs: Ray's session logs (logs/worker-*.err) or the dashboard.")
-        result = summarize(run_dir, "failed", started, message)
+                if result["checkpoint"] else "No checkpoint was written; fix the cause and run again")
+        result["error"] = (f"training failed after {cfg.run.max_failures} allowed worker-group restarts: "
+                           f"{root_cause(err)}. {kept}. Full worker logs: Ray's session logs (logs/worker-*.err) "
+                           f"or the dashboard.")
         runs.write_result(run_dir, result)
         return Outcome(run_dir, result)
     progress.stop()
