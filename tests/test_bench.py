@@ -172,3 +172,14 @@ def test_failure_detection_time_is_read_from_the_controller_log(tmp_path):
     assert controller_log_time([tmp_path / "n1"], "[FailurePolicy]", base) == base + 5.25
     assert controller_log_time([tmp_path / "n1"], "[FailurePolicy]", base + 6) == base + 20.5
     assert controller_log_time([tmp_path / "n1", tmp_path / "n2"], "[FailurePolicy]", base + 30) is None
+
+
+def test_cpu_busy_seconds_counts_the_work_done_in_between():
+    from training.bench import cpu_busy_seconds
+
+    before = cpu_busy_seconds()
+    burn_until = time.process_time() + 0.3
+    while time.process_time() < burn_until:
+        pass
+    after = cpu_busy_seconds()
+    assert after - before >= 0.25  # this process alone was busy 0.3 s (the clock ticks every 10 ms)

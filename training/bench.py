@@ -91,6 +91,17 @@ def ratios(numerators: list[Optional[float]], denominators: list[Optional[float]
     return [n / d if n is not None and d else None for n, d in zip(numerators, denominators)]
 
 
+def cpu_busy_seconds() -> Optional[float]:
+    """CPU time the whole machine has spent busy since boot (all cores, /proc/stat), or None off Linux. The
+    difference over a window, against window x cores, says whether the cores were the bottleneck."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def machine_info() -> dict:
     import torch
 
@@ -491,12 +502,12 @@ PHASE_MARKERS = {
 
 def bench_cluster(shared_dir: Path, worker_nodes: int = 2, cpus_per_node: float = 2.0,
                   out: Optional[TextIO] = None):
-    """A head (num-cpus 0, as the chart sets it) plus worker nodes, token auth on. Nodes on their own loopback
-    addresses: what is timed here is Ray and raytrain, not the network namespaces."""
-    from training.kube.localcluster import ClusterShape, LocalCluster, NodeSpec
+    """A head (num-cpus 0 and failure detection, as the chart sets them) plus worker nodes, token auth on. Nodes on
+    their own loopback addresses: what is timed here is Ray and raytrain, not the network namespaces."""
+    from training.kube.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
 
     shape = ClusterShape(
-        head=NodeSpec("head", "head", True, num_cpus=0, memory=2 * 2**30),
+        head=NodeSpec("head", "head", True, num_cpus=0, memory=2 * 2**30, env=dict(FAILURE_DETECTION_ENV)),
         workers=[NodeSpec(f"worker-{i}", "worker", False, num_cpus=cpus_per_node, memory=3 * 2**30)
                  for i in range(worker_nodes)],
         auth_token=True)
@@ -587,11 +598,13 @@ def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     name = f"p3-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
     wd = job_dir(work, name, resolve_config_path(s.p3_preset))
+    busy_before = cpu_busy_seconds()
     job = FollowedJob(cluster, f"raytrain run job.yaml --smoke-test --name {name} --storage {storage} "
                                f"--address auto", wd, name)
     run_dir = cluster.shared_dir / "runs" / name
     t0 = job.submitted
     step = wait_event(run_dir, "first_step", t0, 300, lambda: job.follower.poll() is None)
+    busy_after, seen = cpu_busy_seconds(), time.time()
     start = wait_event(run_dir, "start", t0, 1, lambda: False)
     state = job.wait()
     phases = {"submit_cli_s": job.submit_returned - t0}
@@ -604,6 +617,10 @@ def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     if step is None:
         raise RuntimeError(f"p3: job {name} reached no training step ({state}); its log ends:\n{job.tail()}")
     phases["first_step_s"] = step["time"] - t0
+    if busy_before is not None and busy_after is not None:
+        # All processes on the machine (the cluster's own daemons included) from submission to the first step.
+        phases["cpu_busy_s"] = busy_after - busy_before
+        phases["cpu_busy_share"] = phases["cpu_busy_s"] / ((seen - t0) * (os.cpu_count() or 1))
     return phases
 
 
@@ -683,9 +700,15 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     victim = hosts[0] if hosts else cluster.nodes[-1]
     t_kill = time.time()
     kill_node(cluster.run_dir / "state.json", victim.spec.name)
-    cluster.restart_node(victim)  # KubeRay recreates a lost worker pod
-    restarted = wait_event(run_dir, "start", t_kill, 300, alive)
-    step = wait_event(run_dir, "first_step", t_kill, 300, alive)
+    # KubeRay recreates a lost worker pod at once, on whichever machine has room and on that pod's own CPU
+    # limit. Here every node shares the same two cores, so a replacement started now would compete with the
+    # recovery for CPU. It starts after the next step instead, or after 120 s if the job needs it to go on.
+    step = wait_event(run_dir, "first_step", t_kill, 120, alive)
+    cluster.restart_node(victim)
+    node_back_before_step = step is None
+    if step is None:
+        step = wait_event(run_dir, "first_step", t_kill, 300, alive)
+    restarted = wait_event(run_dir, "start", t_kill, 1, alive)
     state = job.wait()
     if step is None or restarted is None:
         raise RuntimeError(f"p4: job {name} did not train again after the node kill ({state}); its log ends:\n"
@@ -698,7 +721,8 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
             "detected_to_next_step_s": step["time"] - detected if detected else None,
             "kill_to_detected_s": detected - t_kill if detected else None,
             "epochs_completed_at_kill": completed, "resumed_from_epoch": resumed,
-            "completed_epochs_lost": completed - resumed, "job_status": state}
+            "completed_epochs_lost": completed - resumed, "node_back_before_step": node_back_before_step,
+            "job_status": state}
 
 
 def cluster_throughput_job(params: dict) -> dict:

@@ -209,3 +209,28 @@ def test_every_value_is_documented_in_values_yaml_and_the_readme():
     assert not [p for p in documented_leaves if p.startswith("UNDOCUMENTED")]
     for param in params:
         assert f"| `{param}` |" in readme, param
+
+
+def head_env(objects) -> dict:
+    [cluster] = by_kind(objects, "RayCluster")
+    [container] = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def test_failure_detection_reaches_the_head_only_and_matches_the_bench_cluster():
+    from training.kube.localcluster import FAILURE_DETECTION_ENV
+
+    objects = render()
+    env = head_env(objects)
+    assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV
+    [cluster] = by_kind(objects, "RayCluster")
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        [container] = group["template"]["spec"]["containers"]
+        assert not any(e["name"].startswith("RAY_health_check") for e in container.get("env") or [])
+
+
+def test_failure_detection_can_be_tuned_or_left_to_ray_and_keeps_user_env():
+    tuned = head_env(render(**{"failureDetection.healthCheckPeriodMs": 500,
+                               "head.env": [{"name": "EXTRA", "value": "1"}]}))
+    assert tuned["RAY_health_check_period_ms"] == "500" and tuned["EXTRA"] == "1"
+    assert not any(k.startswith("RAY_health_check") for k in head_env(render(**{"failureDetection.enabled": False})))

@@ -46,6 +46,11 @@ NODE_OVERHEAD_BYTES = 600 * 2**20
 DEFAULT_NODE_MEMORY = 2 * 2**30
 HEALTH_PATH = "/api/gcs_healthz"  # what KubeRay's submitter polls before `ray job submit`
 
+# The chart's default failureDetection, as the head's environment: the GCS declares a lost node dead after 3 failed
+# health checks 1 s apart instead of Ray's 5 x 3 s, so a run that lost a node restarts its workers sooner.
+# Clusters built here without the chart (raytrain bench) use it; tests/kube/test_chart.py keeps the two equal.
+FAILURE_DETECTION_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
+
 # rayStartParams that the local cluster owns (addresses, ports, paths, resources it computes itself).
 _MANAGED_PARAMS = {
     "address", "node-ip-address", "port", "temp-dir", "block", "head", "dashboard-host", "dashboard-port",

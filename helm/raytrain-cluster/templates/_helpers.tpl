@@ -175,9 +175,17 @@ spec:
       imagePullPolicy: {{ $root.Values.image.pullPolicy }}
       securityContext:
         {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
-      {{- with $v.env }}
+      {{- $fd := $root.Values.failureDetection }}
+      {{- if or $v.env (and .head $fd.enabled) }}
       env:
+        {{- if and .head $fd.enabled }}
+        # Read by the GCS on the head: how fast a lost node is declared dead (see values: failureDetection).
+        - {name: RAY_health_check_period_ms, value: {{ $fd.healthCheckPeriodMs | int | quote }}}
+        - {name: RAY_health_check_failure_threshold, value: {{ $fd.healthCheckFailureThreshold | int | quote }}}
+        {{- end }}
+        {{- with $v.env }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- end }}
       ports:
         {{- if .head }}
