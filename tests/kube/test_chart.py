@@ -234,3 +234,13 @@ def test_failure_detection_can_be_tuned_or_left_to_ray_and_keeps_user_env():
                                "head.env": [{"name": "EXTRA", "value": "1"}]}))
     assert tuned["RAY_health_check_period_ms"] == "500" and tuned["EXTRA"] == "1"
     assert not any(k.startswith("RAY_health_check") for k in head_env(render(**{"failureDetection.enabled": False})))
+
+
+def test_the_standalone_rayjob_sets_the_same_failure_detection_on_its_head():
+    from training.kube.localcluster import FAILURE_DETECTION_ENV
+
+    docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
+    [job] = [d for d in docs if d and d["kind"] == "RayJob"]
+    [container] = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV
