@@ -211,10 +211,15 @@ def test_every_value_is_documented_in_values_yaml_and_the_readme():
         assert f"| `{param}` |" in readme, param
 
 
+def group_env(group: dict) -> dict:
+    """NAME -> value of a RayCluster group's (single) Ray container."""
+    [container] = group["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
 def head_env(objects) -> dict:
     [cluster] = by_kind(objects, "RayCluster")
-    [container] = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
-    return {e["name"]: e.get("value") for e in container.get("env") or []}
+    return group_env(cluster["spec"]["headGroupSpec"])
 
 
 def test_failure_detection_reaches_the_head_only_and_matches_the_bench_cluster():
@@ -224,9 +229,8 @@ def test_failure_detection_reaches_the_head_only_and_matches_the_bench_cluster()
     env = head_env(objects)
     assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV
     [cluster] = by_kind(objects, "RayCluster")
-    for group in cluster["spec"]["workerGroupSpecs"]:
-        [container] = group["template"]["spec"]["containers"]
-        assert not any(e["name"].startswith("RAY_health_check") for e in container.get("env") or [])
+    for name, group in groups(cluster)[1:]:
+        assert not any(k.startswith("RAY_health_check") for k in group_env(group)), name
 
 
 def test_failure_detection_can_be_tuned_or_left_to_ray_and_keeps_user_env():
@@ -241,6 +245,5 @@ def test_the_standalone_rayjob_sets_the_same_failure_detection_on_its_head():
 
     docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
     [job] = [d for d in docs if d and d["kind"] == "RayJob"]
-    [container] = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    env = group_env(job["spec"]["rayClusterSpec"]["headGroupSpec"])
     assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV
