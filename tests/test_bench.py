@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from training import bench
-from training.cli import main
+from raytrain import bench
+from raytrain.cli import main
 
 
 @pytest.mark.parametrize("values, expected", [
@@ -157,7 +157,7 @@ def test_a_target_with_nothing_measured_is_neither_met_nor_missed():
 
 
 def test_failure_detection_time_is_read_from_the_controller_log(tmp_path):
-    from training.bench import controller_log_time
+    from raytrain.bench import controller_log_time
 
     logs = tmp_path / "n1" / "session_2026-11-21_11-00-00_1_1" / "logs" / "train"
     logs.mkdir(parents=True)
@@ -175,7 +175,7 @@ def test_failure_detection_time_is_read_from_the_controller_log(tmp_path):
 
 
 def test_cpu_busy_seconds_counts_the_work_done_in_between():
-    from training.bench import cpu_busy_seconds
+    from raytrain.bench import cpu_busy_seconds
 
     before = cpu_busy_seconds()
     burn_until = time.process_time() + 0.3

@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from training import checkpoints
+from raytrain import checkpoints
 
 
 def save(path, epoch):

@@ -10,7 +10,7 @@ import pytest
 
 
 def raytrain(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "training.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "raytrain.cli", *args], capture_output=True, text=True,
                           timeout=120, cwd=cwd)
 
 

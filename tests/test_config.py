@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training.config import ConfigError, config_from_dict, load_config, preset_names
+from raytrain.config import ConfigError, config_from_dict, load_config, preset_names
 
 
 def write(tmp_path: Path, text: str, name: str = "job.yaml") -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from training.config import load_config
-from training.launcher import LaunchError, auto_cpus_per_worker, root_cause, size_workers, workers_that_fit
+from raytrain.config import load_config
+from raytrain.launcher import LaunchError, auto_cpus_per_worker, root_cause, size_workers, workers_that_fit
 
 
 @pytest.mark.parametrize("nodes, workers, reserve, expected", [

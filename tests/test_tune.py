@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from training.config import PRESETS_DIR, ConfigError, load_config
-from training.tune import concurrent_trials, check_space, load_search, param_space, resolve_search_path
+from raytrain.config import PRESETS_DIR, ConfigError, load_config
+from raytrain.tune import concurrent_trials, check_space, load_search, param_space, resolve_search_path
 
 
 def test_the_text_rnn_search_is_the_issue_space_and_smoke_makes_it_two_short_trials():

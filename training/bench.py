@@ -274,7 +274,7 @@ def timed_training(model, optimizer, batches: Iterable, warmup: int, steps: int)
     """warmup + steps optimizer steps with the package's own train_epoch; the timed window excludes warmup."""
     import torch.nn.functional as F
 
-    from training.loop import train_epoch
+    from raytrain.loop import train_epoch
 
     timed = TimedBatches((_as_xy(b) for b in batches), warmup + steps)
     marks: list[float] = []
@@ -318,7 +318,7 @@ def timed_ingest(batches: Iterable, count: int) -> dict:
 
 
 def build_cnn(width: int):
-    from training.models import SmallCNNParams, build_small_cnn
+    from raytrain.models import SmallCNNParams, build_small_cnn
 
     return build_small_cnn(SmallCNNParams(in_channels=3, num_classes=10, width=width, dropout=0.0))
 
@@ -333,9 +333,9 @@ def dataset_size(s: BenchSettings, num_workers: int = 1) -> int:
 
 
 def in_fresh_process(function: str, params: dict) -> dict:
-    """Call training.bench.<function>(params) in a new Python process (as a Ray Train worker is one) and return
+    """Call raytrain.bench.<function>(params) in a new Python process (as a Ray Train worker is one) and return
     its result; parameters and result travel as JSON over stdin/stdout."""
-    code = ("import json, sys; from training import bench; "
+    code = ("import json, sys; from raytrain import bench; "
             f"r = bench.{function}(json.load(sys.stdin)); sys.stdout.write('\\nBENCH-RESULT ' + json.dumps(r) + '\\n')")
     # Ray starts its workers with OMP_NUM_THREADS set to their CPUs; the raw side gets the same thread settings.
     threads = str(params.get("torch_threads", 1))
@@ -399,7 +399,7 @@ def ray_train_side(s: BenchSettings, dataset, storage: str, num_workers: int = 1
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from training.launcher import CONTROLLER_POLL_INTERVAL_S
+    from raytrain.launcher import CONTROLLER_POLL_INTERVAL_S
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
     result_path = Path(storage) / f"bench-{time.time_ns()}.json"
@@ -504,7 +504,7 @@ def bench_cluster(shared_dir: Path, worker_nodes: int = 2, cpus_per_node: float 
                   out: Optional[TextIO] = None):
     """A head (num-cpus 0 and failure detection, as the chart sets them) plus worker nodes, token auth on. Nodes on
     their own loopback addresses: what is timed here is Ray and raytrain, not the network namespaces."""
-    from training.kube.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
+    from raytrain.kube.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
 
     shape = ClusterShape(
         head=NodeSpec("head", "head", True, num_cpus=0, memory=2 * 2**30, env=dict(FAILURE_DETECTION_ENV)),
@@ -569,7 +569,7 @@ class FollowedJob:
 
 def wait_event(run_dir: Path, event: str, after: float, timeout: float, alive: Callable[[], bool]) -> Optional[dict]:
     """The first `event` row written at or after `after` (worker clock = this machine's clock)."""
-    from training import runs
+    from raytrain import runs
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -593,7 +593,7 @@ def job_dir(work: Path, name: str, config: Optional[Path] = None) -> Path:
 
 def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     """Submission to first optimizer step of `raytrain run PRESET --smoke-test` on the running cluster."""
-    from training.config import resolve_config_path
+    from raytrain.config import resolve_config_path
 
     name = f"p3-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
@@ -626,7 +626,7 @@ def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
 
 def p3_cold_round(s: BenchSettings, work: Path, r: int) -> dict:
     """Process start to first optimizer step of `raytrain run PRESET --smoke-test` on an embedded Ray."""
-    from training import runs
+    from raytrain import runs
 
     name = f"cold-{r}"
     storage = work / "cold"
@@ -634,7 +634,7 @@ def p3_cold_round(s: BenchSettings, work: Path, r: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_TMPDIR"] = temp  # its own Ray temp dir, never the shared /tmp/ray
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "training.cli", "run", s.p3_preset, "--smoke-test", "--name",
+    proc = subprocess.Popen([sys.executable, "-m", "raytrain.cli", "run", s.p3_preset, "--smoke-test", "--name",
                              name, "--storage", str(storage)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -673,9 +673,9 @@ def controller_log_time(temp_dirs: Iterable[Path], marker: str, after: float) ->
 def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     """Kill a worker node mid-run (all its processes, as a lost pod), start it again as the RayCluster controller
     would, and time the next optimizer step; count the completed epochs that are trained again."""
-    from training import runs
-    from training.config import resolve_config_path
-    from training.kube.localcluster import kill_node, node_processes
+    from raytrain import runs
+    from raytrain.config import resolve_config_path
+    from raytrain.kube.localcluster import kill_node, node_processes
 
     name = f"p4-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
@@ -747,7 +747,7 @@ def scaling_round(cluster, s: BenchSettings, work: Path, num_workers: int, r: in
     params = {"settings": asdict(s), "num_workers": num_workers, "storage": shared,
               "result_path": f"{shared}/{name}.json"}
     (wd / "params.json").write_text(json.dumps(params))
-    code = "import json; from training import bench; bench.cluster_throughput_job(json.load(open('params.json')))"
+    code = "import json; from raytrain import bench; bench.cluster_throughput_job(json.load(open('params.json')))"
     job = FollowedJob(cluster, f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}", wd, name)
     state = job.wait()
     result_file = cluster.shared_dir / "bench" / f"{name}.json"
@@ -830,7 +830,7 @@ def vit_train_flops_per_sample(params: int, tokens: int, layers: int, hidden: in
 def gpu_vit_side(params: dict) -> dict:
     import torch
 
-    from training.models import ViTParams, build_vit
+    from raytrain.models import ViTParams, build_vit
 
     s = BenchSettings(**params)
     p = ViTParams()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from training import __version__
+from raytrain import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -24,7 +24,7 @@ def _error(message: str) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from training.config import load_config
+    from raytrain.config import load_config
 
     overrides = list(args.set or [])
     if args.name:
@@ -58,13 +58,13 @@ def _report(outcome) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from training.launcher import train
+    from raytrain.launcher import train
 
     return _report(train(_load(args), address=_address(args)))
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from training.local import train_local
+    from raytrain.local import train_local
 
     return _report(train_local(_load(args)))
 
@@ -73,7 +73,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from training.tune import load_search, resolve_search_path, tune_run
+    from raytrain.tune import load_search, resolve_search_path, tune_run
 
     cfg = _load(args)
     search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
@@ -95,17 +95,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_data(args: argparse.Namespace) -> int:
     """Stage a dataset ahead of training (on a machine with internet, or straight onto the shared volume)."""
-    from training.data import DataContext, DataUnavailable
+    from raytrain.data import DataContext, DataUnavailable
 
     ctx = DataContext(root=Path(args.root).expanduser().absolute())
     try:
         if args.dataset == "mnist":
-            from training.data import mnist
+            from raytrain.data import mnist
 
             mnist.prepare(mnist.MNISTParams(download=True), ctx)
             print(f"raytrain: MNIST is in {ctx.root / 'MNIST'}", flush=True)
         else:
-            from training.data import cifar10
+            from raytrain.data import cifar10
 
             p = cifar10.CIFAR10Params(synthetic=args.synthetic, synthetic_train=args.synthetic_train,
                                       synthetic_val=args.synthetic_val)
@@ -140,7 +140,7 @@ def add_tune_and_data_commands(sub, config_command: Callable) -> None:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from training.config import PRESETS_DIR, preset_names
+    from raytrain.config import PRESETS_DIR, preset_names
 
     for name in preset_names():
         first = (PRESETS_DIR / f"{name}.yaml").read_text().splitlines()[0].lstrip("# ")
@@ -149,13 +149,13 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def _crd_dir(args: argparse.Namespace) -> Path:
-    from training.kube.schemas import default_crd_dir
+    from raytrain.kube.schemas import default_crd_dir
 
     return Path(args.crds or os.environ.get("RAYTRAIN_KUBERAY_CRDS") or default_crd_dir())
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from training.kube.validate import validate_paths
+    from raytrain.kube.validate import validate_paths
 
     problems = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
                               values=Path(args.values) if args.values else None)
@@ -169,14 +169,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    from training.kube.emulate import emulate
+    from raytrain.kube.emulate import emulate
 
     return emulate(Path(args.rayjob), Path(args.values) if args.values else None, args.keep, _crd_dir(args),
                    shared_dir=Path(args.shared) if args.shared else None)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from training.bench import ALL_PARTS, BenchSettings, run_bench
+    from raytrain.bench import ALL_PARTS, BenchSettings, run_bench
 
     unknown = [p for p in args.parts if p not in ALL_PARTS]
     if unknown:
@@ -190,7 +190,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_bench_command(sub) -> None:
-    from training.bench import ALL_PARTS, BenchSettings
+    from raytrain.bench import ALL_PARTS, BenchSettings
 
     d = BenchSettings()
     bench = sub.add_parser("bench", help="measure raytrain against raw PyTorch: throughput, ingest, time to first "
@@ -253,8 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from training.config import ConfigError
-    from training.launcher import LaunchError
+    from raytrain.config import ConfigError
+    from raytrain.launcher import LaunchError
 
     try:
         return args.func(args)

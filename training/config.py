@@ -229,8 +229,8 @@ def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
 
 def build_config(raw: dict, source: str) -> RunConfig:
     """Turn plain data (a file or a checkpoint's stored config) into a validated RunConfig."""
-    from training import data as datasets
-    from training import models
+    from raytrain import data as datasets
+    from raytrain import models
 
     model_raw = dict(raw.get("model") or {})
     data_raw = dict(raw.get("data") or {})

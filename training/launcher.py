@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from training import checkpoints, runs
-from training.config import RunConfig, dump_yaml
-from training.data import DATASETS, DataUnavailable, data_context
-from training.loop import format_row
+from raytrain import checkpoints, runs
+from raytrain.config import RunConfig, dump_yaml
+from raytrain.data import DATASETS, DataUnavailable, data_context
+from raytrain.loop import format_row
 
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
@@ -219,7 +219,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from training.loop import train_loop_per_worker
+    from raytrain.loop import train_loop_per_worker
 
     datasets = None
     if cfg.data.loader == "ray":

@@ -13,13 +13,13 @@ from typing import TextIO
 import torch
 from torch.utils.data import DataLoader
 
-from training import runs
-from training.config import RunConfig, dump_yaml
-from training.data import DATASETS, DataUnavailable, data_context
-from training.launcher import LaunchError, Outcome, summarize
-from training.loop import (autocast_dtype, build_optimizer, evaluate, format_row, loss_function, metrics_row,
+from raytrain import runs
+from raytrain.config import RunConfig, dump_yaml
+from raytrain.data import DATASETS, DataUnavailable, data_context
+from raytrain.launcher import LaunchError, Outcome, summarize
+from raytrain.loop import (autocast_dtype, build_optimizer, evaluate, format_row, loss_function, metrics_row,
                            torch_threads, train_epoch)
-from training.models import build_model
+from raytrain.models import build_model
 
 
 def train_local(cfg: RunConfig, out: TextIO = sys.stdout) -> Outcome:

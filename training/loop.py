@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from training import checkpoints, runs
-from training.config import RunConfig, config_from_dict
-from training.data import DATASETS, DatasetSpec, data_context
-from training.models import build_model
+from raytrain import checkpoints, runs
+from raytrain.config import RunConfig, config_from_dict
+from raytrain.data import DATASETS, DatasetSpec, data_context
+from raytrain.models import build_model
 
 # ----------------------------------------------------------------------------------------------------------
 # pieces shared with the local loop

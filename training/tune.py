@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from training import runs
-from training.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
-from training.data import DATASETS, DataUnavailable, data_context
-from training.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
+from raytrain import runs
+from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
+from raytrain.data import DATASETS, DataUnavailable, data_context
+from raytrain.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
                                connect_ray, root_cause, size_workers, summarize, workers_that_fit)
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments

@@ -4,7 +4,7 @@ exactly load_digits' data, and a stratified, disjoint, seed-determined split."""
 import numpy as np
 import pytest
 
-from training.data import digits
+from raytrain.data import digits
 
 
 def test_load_matches_sklearn_load_digits():

@@ -185,9 +185,18 @@ def test_dockerignore_keeps_out(path):
 
 
 def test_presets_ship_as_package_data():
-    package_data = pyproject()["tool"]["setuptools"]["package-data"]["training"]
+    package_data = pyproject()["tool"]["setuptools"]["package-data"]["raytrain"]
     assert "configs/*.yaml" in package_data
     assert list((ROOT / "training" / "configs").glob("*.yaml")), "no presets in training/configs"
+
+
+def test_every_package_folder_is_listed():
+    """The import name `raytrain` maps onto the folder training/: every folder with an __init__.py must be in
+    pyproject's package list, or a wheel (the image) silently lacks it."""
+    listed = set(pyproject()["tool"]["setuptools"]["packages"])
+    folders = {"raytrain" + "".join("." + part for part in init.parent.relative_to(ROOT / "training").parts)
+               for init in (ROOT / "training").rglob("__init__.py")}
+    assert folders == listed
 
 
 # -------------------------------------------------------------------------------------------------------- lint

@@ -88,10 +88,10 @@ def test_runs_as_non_root_ray_user(docker, image):
 
 
 def test_pins_package_and_presets_inside(docker, image):
-    probe = ("import json, ray, torch, torchvision, training, importlib.metadata as md, importlib.resources as r; "
+    probe = ("import json, ray, torch, torchvision, raytrain, importlib.metadata as md, importlib.resources as r; "
              "print(json.dumps({'ray': ray.__version__, 'torch': torch.__version__, "
              "'torchvision': torchvision.__version__, 'raytrain': md.version('raytrain'), "
-             "'presets': sorted(p.name for p in (r.files('training') / 'configs').iterdir() if p.name.endswith('.yaml'))}))")
+             "'presets': sorted(p.name for p in (r.files('raytrain') / 'configs').iterdir() if p.name.endswith('.yaml'))}))")
     inside = json.loads(dock(docker, "run", "--rm", image, "python", "-c", probe).stdout.strip().splitlines()[-1])
     assert inside["ray"] == pin("ray")
     assert inside["torch"].split("+")[0] == pin("torch")
@@ -280,7 +280,7 @@ def test_code_change_rebuilds_only_the_last_layers(docker, image, tmp_path):
         package = {t: c for t, c in steps.items() if "training" in t and t.startswith("COPY")}
         assert package and not any(package.values()), f"package layer not rebuilt: {steps}"
         source = dock(docker, "run", "--rm", tagged, "python", "-c",
-                      "import pathlib, training; print(pathlib.Path(training.__file__).read_text())").stdout
+                      "import pathlib, raytrain; print(pathlib.Path(raytrain.__file__).read_text())").stdout
         assert marker in source
     finally:
         dock(docker, "rmi", tagged, check=False)

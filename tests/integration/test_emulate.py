@@ -24,8 +24,8 @@ import yaml
 
 from tests.support import checks
 
-from training.kube import localcluster
-from training.kube.emulate import emulate
+from raytrain.kube import localcluster
+from raytrain.kube.emulate import emulate
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from tests.support import checks
-from training.kube import localcluster
+from raytrain.kube import localcluster
 
 pytestmark = pytest.mark.integration
 
-RAYTRAIN = [sys.executable, "-m", "training.cli"]
+RAYTRAIN = [sys.executable, "-m", "raytrain.cli"]
 
 
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

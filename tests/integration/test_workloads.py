@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from training.kube import localcluster
+from raytrain.kube import localcluster
 
 pytestmark = pytest.mark.integration
 

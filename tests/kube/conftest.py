@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from training.kube.schemas import default_crd_dir
+from raytrain.kube.schemas import default_crd_dir
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,9 @@ import tomllib
 import pytest
 import yaml
 
-from training.kube.render import ChartError, lint_chart, render_chart
-from training.kube.rules import node_resources, shared_mounts
-from training.kube.schemas import repo_root
+from raytrain.kube.render import ChartError, lint_chart, render_chart
+from raytrain.kube.rules import node_resources, shared_mounts
+from raytrain.kube.schemas import repo_root
 
 REPO = repo_root()
 CHART = REPO / "helm" / "raytrain-cluster"
@@ -223,7 +223,7 @@ def head_env(objects) -> dict:
 
 
 def test_failure_detection_reaches_the_head_only_and_matches_the_bench_cluster():
-    from training.kube.localcluster import FAILURE_DETECTION_ENV
+    from raytrain.kube.localcluster import FAILURE_DETECTION_ENV
 
     objects = render()
     env = head_env(objects)
@@ -241,7 +241,7 @@ def test_failure_detection_can_be_tuned_or_left_to_ray_and_keeps_user_env():
 
 
 def test_the_standalone_rayjob_sets_the_same_failure_detection_on_its_head():
-    from training.kube.localcluster import FAILURE_DETECTION_ENV
+    from raytrain.kube.localcluster import FAILURE_DETECTION_ENV
 
     docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
     [job] = [d for d in docs if d and d["kind"] == "RayJob"]

@@ -12,12 +12,12 @@ import pytest
 
 from tests.support import checks
 
-from training.kube import localcluster
-from training.kube.emulate import (
+from raytrain.kube import localcluster
+from raytrain.kube.emulate import (
     JobInput, RayJobError, RayJobStatus, cluster_spec, load_rayjob, local_runtime_env, materialise_configmaps,
     new_job_id, submitter_script,
 )
-from training.kube.localcluster import (
+from raytrain.kube.localcluster import (
     ClusterError, NodeSpec, Ports, cluster_shape, parse_quantity, parse_resources_param, ray_start_command,
 )
 

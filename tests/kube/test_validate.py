@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training.config import load_config
-from training.kube.render import render_chart
-from training.kube.rules import EntrypointError, RaytrainRun, parse_entrypoint
-from training.kube.schemas import repo_root
-from training.kube.validate import Problem, validate_paths
+from raytrain.config import load_config
+from raytrain.kube.render import render_chart
+from raytrain.kube.rules import EntrypointError, RaytrainRun, parse_entrypoint
+from raytrain.kube.schemas import repo_root
+from raytrain.kube.validate import Problem, validate_paths
 
 REPO = repo_root()
 CHART = REPO / "helm" / "raytrain-cluster"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training.kube.render import render_chart
-from training.kube.schemas import default_crd_dir
+from raytrain.kube.render import render_chart
+from raytrain.kube.schemas import default_crd_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "kind-e2e"
@@ -269,7 +269,7 @@ def test_artifact_checks_pass_on_a_real_finished_rayjob_and_catch_a_missing_resu
     """The layout scripts/kind-e2e writes, filled from a real RayJob run (raytrain emulate of manifests/rayjob.yaml
     on the kind values: a local multi-node Ray cluster, the submitter's `ray job submit`): the checks pass; with a
     killed.json claiming a pod loss the run never had, the resume check fails."""
-    from training.kube import localcluster
+    from raytrain.kube import localcluster
     from tests.support import checks
 
     log = tmp_path / "emulate.log"

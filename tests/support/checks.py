@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from training.runs import read_jsonl
+from raytrain.runs import read_jsonl
 
 CHECKPOINT_PREFIX = "checkpoint_"
 

@@ -58,7 +58,7 @@ def arrays_to_ray(x, y):
 
 
 def _registry() -> dict[str, DatasetSpec]:
-    from training.data import cifar10, digits, linear, mnist, streaming, text
+    from raytrain.data import cifar10, digits, linear, mnist, streaming, text
 
     return {
         "linear": linear.SPEC,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.data import DataUnavailable, DatasetSpec
+from raytrain.data import DataUnavailable, DatasetSpec
 
 MEAN = STD = (0.5, 0.5, 0.5)
 IMAGE_SHAPE = (32, 32, 3)  # HWC uint8, as torchvision's CIFAR10.data holds it

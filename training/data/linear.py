@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from training.data import DatasetSpec, arrays_to_ray
+from raytrain.data import DatasetSpec, arrays_to_ray
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from training.data import DataUnavailable, DatasetSpec
+from raytrain.data import DataUnavailable, DatasetSpec
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from training.data import DatasetSpec
+from raytrain.data import DatasetSpec
 
 
 @dataclass

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training import runs
-from training.data import DataUnavailable, DatasetSpec
+from raytrain import runs
+from raytrain.data import DataUnavailable, DatasetSpec
 
 PAD, UNK = 0, 1  # reserved ids; the model's embedding uses PAD as padding_idx
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")

@@ -33,7 +33,7 @@ from typing import IO, Any, Iterator
 
 import yaml
 
-from training.kube.localcluster import (
+from raytrain.kube.localcluster import (
     ClusterError, LocalCluster, alive_nodes, clean_stale, cluster_shape, http_get,
 )
 
@@ -90,7 +90,7 @@ def load_rayjob(path: Path) -> JobInput:
 
 def check_schema(job: JobInput, crd_dir: Path) -> list[str]:
     """What the API server would reject: the RayJob against the KubeRay v1.7.0 CRD schema."""
-    from training.kube.validate import Doc, check_ray_schema
+    from raytrain.kube.validate import Doc, check_ray_schema
 
     return [str(p) for p in check_ray_schema(Doc(str(job.path), job.rayjob), Path(crd_dir))]
 
@@ -108,7 +108,7 @@ def cluster_spec(job: JobInput, values_path: Path | None) -> tuple[dict, str, bo
     for doc in job.others:
         if isinstance(doc, dict) and doc.get("kind") == "RayCluster" and doc["metadata"].get("name") == name:
             return doc["spec"], name, False
-    from training.kube.validate import target_cluster
+    from raytrain.kube.validate import target_cluster
 
     docs, problems = target_cluster(name, [], values_path, None)
     if problems:

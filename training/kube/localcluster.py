@@ -954,7 +954,7 @@ def submit_training(config: str, address: str, name: str, storage: str, env: dic
     submitter command as KubeRay's K8sJobMode, `raytrain run job.yaml` on the head."""
     import tempfile
 
-    from training.kube.emulate import JobInput, submitter_script
+    from raytrain.kube.emulate import JobInput, submitter_script
 
     with tempfile.TemporaryDirectory(prefix="raytrain-submit-") as work:
         path = Path(config)

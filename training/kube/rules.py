@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from training.kube.validate import Doc, Problem
+    from raytrain.kube.validate import Doc, Problem
 
 # KubeRay limits: 63 minus "-serve-svc" for clusters; minus 6 more for the suffix a RayJob's cluster gets.
 MAX_RAYCLUSTER_NAME = 53
@@ -454,8 +454,8 @@ def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[Run
 
 
 def load_run_config(source: RunConfigSource, run: RaytrainRun) -> tuple[Any, list[Problem]]:
-    """training.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's --set overrides."""
-    from training.config import ConfigError, load_config
+    """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's --set overrides."""
+    from raytrain.config import ConfigError, load_config
 
     with tempfile.TemporaryDirectory(prefix="raytrain-validate-") as tmp:
         ref = source.ref
@@ -588,7 +588,7 @@ def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> 
 
 
 def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    from training.launcher import LaunchError, size_workers  # the same sizing `raytrain run` does on the cluster
+    from raytrain.launcher import LaunchError, size_workers  # the same sizing `raytrain run` does on the cluster
 
     nodes = node_resources(cluster_spec)
     try:

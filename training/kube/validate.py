@@ -21,9 +21,9 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from training.kube import rules
-from training.kube.render import ChartError, render_chart_templates
-from training.kube.schemas import CRDError, CRD_FILES, crd_served_versions, crd_validator, repo_root
+from raytrain.kube import rules
+from raytrain.kube.render import ChartError, render_chart_templates
+from raytrain.kube.schemas import CRDError, CRD_FILES, crd_served_versions, crd_validator, repo_root
 
 # Kubernetes version the core schemas are checked against (KubeRay v1.7.0 supports 1.27+; kind ships ~1.33).
 KUBE_VERSION = "1.33"
