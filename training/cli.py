@@ -2,8 +2,11 @@
 
 Environment it reads:
   RAY_ADDRESS             when --address is not given: join that cluster (set for drivers of submitted Ray jobs)
-  RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate); default: the
-                          checkout's ../shared/kuberay-crds-v1.7.0
+  RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate) when --crds is not given;
+                          without either, the user cache ${XDG_CACHE_HOME:-~/.cache}/raytrain/kuberay-crds-v1.7.0,
+                          downloaded there once (kube/crds.py)
+
+Each command imports what it uses, when it runs: validate, render, emulate, presets and --help never import torch.
 """
 
 from __future__ import annotations
@@ -15,8 +18,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from raytrain import __version__
+from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError
+from raytrain.run_options import add_address_option, add_config_options, config_overrides
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK = 0
+# What `pip install 'raytrain[kube]'` adds (pyproject.toml): a missing one means the extra is not installed.
+KUBE_EXTRA_MODULES = ("helm_python", "kubernetes_validate", "jsonschema")
 
 
 def _error(message: str) -> None:
@@ -26,12 +33,7 @@ def _error(message: str) -> None:
 def _load(args: argparse.Namespace):
     from raytrain.config import load_config
 
-    overrides = list(args.set or [])
-    if args.name:
-        overrides.append(f"run.name={args.name}")
-    if args.storage:
-        overrides.append(f"run.storage_path={args.storage}")
-    return load_config(args.config, overrides, smoke=args.smoke_test)
+    return load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test)
 
 
 def _address(args: argparse.Namespace) -> Optional[str]:
@@ -149,20 +151,23 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def _crd_dir(args: argparse.Namespace) -> Path:
-    from raytrain.kube.schemas import default_crd_dir
+    """--crds, else $RAYTRAIN_KUBERAY_CRDS, else the user cache (fetched once); CRDError (exit 2) says how to stage."""
+    from raytrain.kube.crds import CRDS_ENV, resolve_crd_dir
 
-    return Path(args.crds or os.environ.get("RAYTRAIN_KUBERAY_CRDS") or default_crd_dir())
+    return resolve_crd_dir(args.crds, os.environ.get(CRDS_ENV))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from raytrain.kube.validate import validate_paths
 
-    problems = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
-                              values=Path(args.values) if args.values else None)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    if problems:
-        print(f"raytrain validate: {len(problems)} problem(s)", file=sys.stderr)
+    found = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
+                           values=Path(args.values) if args.values else None,
+                           chart=Path(args.chart) if args.chart else None)
+    errors = [p for p in found if p.is_error]
+    for problem in found:
+        print(f"{'error' if problem.is_error else 'note'}: {problem}", file=sys.stderr)
+    if errors:
+        print(f"raytrain validate: {len(errors)} problem(s)", file=sys.stderr)
         return EXIT_FAILED
     print(f"raytrain validate: OK ({', '.join(args.paths)})")
     return EXIT_OK
@@ -205,6 +210,105 @@ def add_bench_command(sub) -> None:
     bench.set_defaults(func=cmd_bench)
 
 
+# ---------------------------------------------------------------------------------------------- cluster (plain VMs)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (kube/vmnode.py)."""
+    from raytrain.kube import localcluster, vmnode
+    from raytrain.kube.dashboard import alive_nodes, wait_dashboard
+    from raytrain.kube.raynode import ClusterError, Ports
+
+    try:
+        if args.action in ("head", "join"):
+            from ray._private.services import get_node_ip_address
+
+            ports = Ports.pick() if args.free_ports else Ports()
+            if args.action == "head":
+                ports.gcs, ports.dashboard = args.port, args.dashboard_port
+            record = vmnode.start_vm_node(
+                head_address=args.address if args.action == "join" else None, temp_dir=Path(args.temp_dir),
+                node_ip=args.node_ip or get_node_ip_address(), num_cpus=args.num_cpus,
+                token_file=Path(args.token_file) if args.token_file else None, ports=ports, auth=not args.no_auth)
+            if record["head"]:
+                token = f" --token-file {record['token_file']}" if record["token_file"] else ""
+                print(f"head started (pid {record['pid']}): GCS {record['gcs_address']}, dashboard "
+                      f"{record['dashboard_url']}\n  on each worker machine: raytrain cluster join "
+                      f"{record['gcs_address']}{token}"
+                      + (f"\n  (copy {record['token_file']} there first)" if token else ""))
+            else:
+                print(f"worker started (pid {record['pid']}), joined {record['gcs_address']}")
+            return EXIT_OK
+        if args.action == "stop":
+            target = args.target
+            if localcluster.is_run_id(target):
+                ok = localcluster.stop_run(target)
+            else:
+                ok = vmnode.stop_vm_node(Path(target))
+            print(f"stopped {target}" if ok else f"nothing to stop at {target}")
+            return EXIT_OK if ok else EXIT_FAILED
+        if args.action == "kill-node":
+            pids = localcluster.kill_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node)
+            print(f"killed {len(pids)} processes of {args.node}")
+            return EXIT_OK
+        token = Path(args.token_file).read_text().strip() if args.token_file else None
+        if args.action == "status":
+            wait_dashboard(args.address, token, 30)
+            for node in alive_nodes(args.address, token):
+                print(f"{node['node_ip']:<16} {'head' if node.get('is_head_node') else 'worker':<7} "
+                      f"{node.get('resources_total')}")
+            return EXIT_OK
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        if args.token_file:
+            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(Path(args.token_file).absolute()))
+        return vmnode.submit_training(args.config, args.address, args.name, args.storage, env)
+    except (ClusterError, OSError) as err:
+        _error(f"cluster {args.action}: {err}")
+        return EXIT_FAILED
+
+
+def add_cluster_command(sub) -> None:
+    cluster = sub.add_parser("cluster", help="Ray on plain machines (VMs, a laptop): start a head, join workers, "
+                                             "status, submit a run as the RayJob does, stop",
+                             description="Ray on plain machines. Token auth is on by default: `head` writes "
+                                         "TEMP_DIR/auth_token; copy it to every machine that joins or submits. Every "
+                                         "machine needs the same shared storage at the same path (e.g. NFS at "
+                                         "/mnt/shared).")
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def node_args(p):
+        p.add_argument("--temp-dir", default="/tmp/raytrain-node", help="this node's Ray temp dir and records")
+        p.add_argument("--node-ip", default=None, help="address the other nodes reach this one at")
+        p.add_argument("--num-cpus", type=float, default=None)
+        p.add_argument("--token-file", default=None, help="the cluster's auth token (default: TEMP_DIR/auth_token)")
+        p.add_argument("--no-auth", action="store_true", help="turn Ray token auth off (not recommended)")
+        p.add_argument("--free-ports", action="store_true", help="pick free ports instead of Ray's defaults")
+
+    head = actions.add_parser("head", help="start the head node here")
+    node_args(head)
+    head.add_argument("--port", type=int, default=6379)
+    head.add_argument("--dashboard-port", type=int, default=8265)
+    join = actions.add_parser("join", help="start a worker node here that joins HEAD:PORT")
+    join.add_argument("address", metavar="HEAD:PORT")
+    node_args(join)
+    status = actions.add_parser("status", help="the cluster's nodes and resources")
+    status.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
+    status.add_argument("--token-file", default=None)
+    submit = actions.add_parser("submit", help="run the training package on the cluster, as the RayJob does")
+    submit.add_argument("config", metavar="CONFIG", help="run config YAML or preset name")
+    submit.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
+    submit.add_argument("--name", required=True, help="run name (same name resumes)")
+    submit.add_argument("--storage", default="/mnt/shared/runs", help="shared storage path on every node")
+    submit.add_argument("--token-file", default=None)
+    stop = actions.add_parser("stop", help="stop the node started from TEMP_DIR, or an emulated cluster rte<id>")
+    stop.add_argument("target", metavar="TEMP_DIR|RUN_ID")
+    kill = actions.add_parser("kill-node", help="SIGKILL one node of an emulated cluster (failure drills)")
+    kill.add_argument("run_id")
+    kill.add_argument("node")
+    cluster.set_defaults(func=cmd_cluster)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raytrain", description="Distributed PyTorch training with Ray Train, on KubeRay or a laptop."
@@ -214,17 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def config_command(name: str, func: Callable, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("config", metavar="CONFIG", help="a run-config YAML file or a preset name (raytrain presets)")
-        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key, e.g. train.lr=0.01")
-        p.add_argument("--name", help="run name: the directory under the storage path (same name = resume)")
-        p.add_argument("--storage", metavar="PATH", help="storage path for runs (on a cluster: the shared volume)")
-        p.add_argument("--smoke-test", action="store_true", help="apply the config's smoke block: a seconds-long run")
+        add_config_options(p)
         p.set_defaults(func=func)
         return p
 
     run = config_command("run", cmd_run, "train with Ray Train (embedded local Ray, or join a cluster)")
-    run.add_argument("--address", help="Ray cluster to join, e.g. auto on a head pod (default: $RAY_ADDRESS, "
-                                        "else start an embedded local Ray)")
+    add_address_option(run)
     config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
     add_tune_and_data_commands(sub, config_command)
 
@@ -236,7 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     validate.add_argument("--values", metavar="VALUES.yaml",
                           help="chart values a clusterSelector RayJob's target cluster is rendered with "
-                               "(default: the chart's values.yaml)")
+                               "(default: the chart's values.yaml); may live anywhere")
+    validate.add_argument("--chart", metavar="DIR", help="the chart that --values and values files given as PATH "
+                                                         "belong to (default: their own folder if it holds a chart, "
+                                                         "else helm/raytrain-cluster)")
     validate.set_defaults(func=cmd_validate)
 
     emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")
@@ -247,23 +349,26 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "job against an earlier emulation's runs)")
     emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     emulate.set_defaults(func=cmd_emulate)
+    add_cluster_command(sub)
     add_bench_command(sub)
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from raytrain.config import ConfigError
-    from raytrain.launcher import LaunchError
-
     try:
         return args.func(args)
-    except ConfigError as err:
+    except RaytrainError as err:
         _error(str(err))
+        return err.exit_code
+    except ModuleNotFoundError as err:
+        if (err.name or "").split(".")[0] not in KUBE_EXTRA_MODULES:
+            raise
+        _error(f"`raytrain {args.command}` needs raytrain's Kubernetes tooling (the Helm library, the Kubernetes "
+               f"schemas and a JSON-schema validator), which this installation lacks: the module '{err.name}' is "
+               "missing. Fix: pip install 'raytrain[kube]' (into the same environment as raytrain), then run the "
+               "command again.")
         return EXIT_USAGE
-    except LaunchError as err:
-        _error(str(err))
-        return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
         return 130

@@ -20,10 +20,12 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from raytrain.errors import UsageError
+
 PRESETS_DIR = Path(__file__).parent / "configs"
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """A config the user must fix; str() is the whole message, ready to print."""
 
 

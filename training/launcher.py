@@ -18,6 +18,7 @@ from typing import Optional, TextIO
 
 from raytrain import checkpoints, runs
 from raytrain.config import RunConfig, dump_yaml
+from raytrain.errors import RaytrainError
 from raytrain.data import DATASETS, DataUnavailable, data_context
 from raytrain.loop import format_row
 
@@ -28,7 +29,7 @@ from raytrain.loop import format_row
 CONTROLLER_POLL_INTERVAL_S = "0.5"
 
 
-class LaunchError(RuntimeError):
+class LaunchError(RaytrainError, RuntimeError):
     """The run cannot start or did not finish; the message is one paragraph for the user."""
 
 

@@ -224,7 +224,7 @@ def test_workers_that_never_fit_fail_fast(tmp_path):
 def test_token_auth_refuses_a_submission_without_the_token_and_keep_then_stop(tmp_path):
     code, output, _ = Emulation(str(tiny_job(tmp_path / "job.yaml", "python -c 'import sys; print(42)'")), "--keep").finish()
     assert code == 0, output[-4000:]
-    run_id = re.search(r"stop it with: scripts/ray-cluster stop (rte[0-9a-f]{6})", output).group(1)
+    run_id = re.search(r"stop it with: raytrain cluster stop (rte[0-9a-f]{6})", output).group(1)
     state = json.loads((localcluster.RUN_ROOT / run_id / "state.json").read_text())
     url = state["dashboard_url"]
     bare = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}

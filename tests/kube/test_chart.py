@@ -2,15 +2,15 @@
 
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
 
 from raytrain.kube.render import ChartError, lint_chart, render_chart
-from raytrain.kube.rules import node_resources, shared_mounts
-from raytrain.kube.schemas import repo_root
+from raytrain.kube.shape import node_resources, shared_mounts
 
-REPO = repo_root()
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "raytrain-cluster"
 
 VALUES_FILES = sorted(p.name for p in CHART.glob("values*.yaml"))

@@ -9,11 +9,9 @@ import yaml
 
 from raytrain.config import load_config
 from raytrain.kube.render import render_chart
-from raytrain.kube.rules import EntrypointError, RaytrainRun, parse_entrypoint
-from raytrain.kube.schemas import repo_root
-from raytrain.kube.validate import Problem, validate_paths
+from raytrain.kube.validate import validate_paths
 
-REPO = repo_root()
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "raytrain-cluster"
 MANIFESTS = REPO / "manifests"
 DATA = Path(__file__).parent / "data"
@@ -229,29 +227,3 @@ def test_unreadable_inputs_are_problems_not_tracebacks(crd_dir, tmp_path):
     assert "does not exist" in problem.message
     [problem] = validate_paths([MANIFESTS], tmp_path)
     assert "cannot read KubeRay CRD" in problem.message and "RAYTRAIN_KUBERAY_CRDS" in problem.message
-
-
-ENTRYPOINTS = [
-    (ENTRY, RaytrainRun("job.yaml", [], "linear", "/mnt/shared/runs", "auto", False)),
-    ("cd /x && raytrain run linear --set a=1 --set=b=2 --smoke-test --address auto; echo done",
-     RaytrainRun("linear", ["a=1", "b=2"], None, None, "auto", True)),
-    ("/opt/venv/bin/raytrain run 'my job.yaml' --name n", RaytrainRun("my job.yaml", [], "n", None, None, False)),
-    ("python /home/ray/samples/sample_code.py", None),
-]
-
-
-@pytest.mark.parametrize("entrypoint,expected", ENTRYPOINTS)
-def test_parse_entrypoint(entrypoint, expected):
-    assert parse_entrypoint(entrypoint) == expected
-
-
-def test_parse_entrypoint_errors():
-    with pytest.raises(EntrypointError, match="the following arguments are required: config"):
-        parse_entrypoint("raytrain run --address auto")
-    with pytest.raises(EntrypointError, match="cannot be split"):
-        parse_entrypoint("raytrain run 'job.yaml")
-
-
-def test_problem_str_names_file_object_field_and_fix():
-    problem = Problem("m.yaml", "RayJob/x", "spec.backoffLimit", "is 2.", "remove it")
-    assert str(problem) == "m.yaml: RayJob/x: spec.backoffLimit: is 2. Fix: remove it"

@@ -2,7 +2,7 @@
 
 What KubeRay does, and what stands in for it here:
 - RayCluster: the RayJob's `rayClusterSpec`, or for a `clusterSelector` job the chart rendered with --values,
-  becomes a `LocalCluster` (training/kube/localcluster.py): one Ray node per pod, own address each, the shared
+  becomes a `LocalCluster` (localcluster.py): one Ray node per pod, own address each, the shared
   volume at its mount path, token auth when the spec turns it on (a fresh token per emulation).
 - A lost worker pod is recreated by the RayCluster controller: a worker node whose processes die is started again.
 - The K8sJobMode submitter: the same bash command KubeRay builds (common/job.go BuildJobSubmitCommand): wait for
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import queue
 import secrets
-import shlex
 import signal
 import string
 import subprocess
@@ -33,9 +32,12 @@ from typing import IO, Any, Iterator
 
 import yaml
 
-from raytrain.kube.localcluster import (
-    ClusterError, LocalCluster, alive_nodes, clean_stale, cluster_shape, http_get,
-)
+from raytrain.kube.dashboard import alive_nodes, http_get
+from raytrain.kube.localcluster import LocalCluster, clean_stale, cluster_shape
+from raytrain.kube.raynode import ClusterError
+from raytrain.kube.problems import Doc
+from raytrain.kube.submitter import submitter_script
+from raytrain.kube.validate import check_ray_schema, target_cluster
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 SUBMITTER_BACKOFF_LIMIT = 2  # KubeRay's default submitterConfig.backoffLimit
@@ -90,8 +92,6 @@ def load_rayjob(path: Path) -> JobInput:
 
 def check_schema(job: JobInput, crd_dir: Path) -> list[str]:
     """What the API server would reject: the RayJob against the KubeRay v1.7.0 CRD schema."""
-    from raytrain.kube.validate import Doc, check_ray_schema
-
     return [str(p) for p in check_ray_schema(Doc(str(job.path), job.rayjob), Path(crd_dir))]
 
 
@@ -108,8 +108,6 @@ def cluster_spec(job: JobInput, values_path: Path | None) -> tuple[dict, str, bo
     for doc in job.others:
         if isinstance(doc, dict) and doc.get("kind") == "RayCluster" and doc["metadata"].get("name") == name:
             return doc["spec"], name, False
-    from raytrain.kube.validate import target_cluster
-
     docs, problems = target_cluster(name, [], values_path, None)
     if problems:
         raise RayJobError("; ".join(str(p) for p in problems))
@@ -198,35 +196,6 @@ def new_job_id(job: JobInput) -> str:
         return str(job.spec["jobId"])
     alphabet = string.ascii_lowercase + string.digits
     return f"{job.name}-{''.join(secrets.choice(alphabet) for _ in range(5))}"
-
-
-def submitter_script(job: JobInput, address: str, job_id: str, runtime_env: dict, entrypoint: str) -> str:
-    """The K8sJobMode submitter's shell command, built like KubeRay v1.7.0's BuildJobSubmitCommand."""
-    spec = job.spec
-    q = shlex.quote
-    parts = [f"until python -c {q(_HEALTH_PROBE)} {q(address + '/api/gcs_healthz')} >/dev/null 2>&1 ;",
-             f"do echo {q('Waiting for Ray Dashboard GCS to become healthy at ' + address + ' ...')} ; sleep 2 ; done ;",
-             f"if ! ray job status --address {address} {job_id} >/dev/null 2>&1 ;",
-             f"then ray job submit --address {address} --no-wait"]
-    if runtime_env:
-        parts.append(f"--runtime-env-json {q(json.dumps(runtime_env, separators=(',', ':')))}")
-    if spec.get("metadata"):
-        parts.append(f"--metadata-json {q(json.dumps(spec['metadata'], separators=(',', ':')))}")
-    parts.append(f"--submission-id {job_id}")
-    if spec.get("entrypointNumCpus"):
-        parts.append(f"--entrypoint-num-cpus {float(spec['entrypointNumCpus']):f}")
-    if spec.get("entrypointNumGpus"):
-        parts.append(f"--entrypoint-num-gpus {float(spec['entrypointNumGpus']):f}")
-    if spec.get("entrypointResources"):
-        parts.append(f"--entrypoint-resources {q(str(spec['entrypointResources']))}")
-    # The entrypoint goes in unquoted, as KubeRay joins it into the bash command.
-    parts += ["--", entrypoint.strip(), "; fi ;", f"ray job logs --address {address} --follow {job_id}"]
-    return " ".join(parts)
-
-
-# KubeRay's health probe (utils.BasePythonHealthCommand): a short urllib GET that fails unless the answer is 200.
-_HEALTH_PROBE = ("import sys, urllib.request\n"
-                 "sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200 else 1)")
 
 
 # --------------------------------------------------------------------------------------------------- status
@@ -362,7 +331,7 @@ class Emulation:
                         path.write_text(cluster.shared_path(path.read_text()))
         runtime_env = local_runtime_env(self.job, mounts)
         entrypoint = cluster.shared_path(self.job.spec["entrypoint"])
-        script = submitter_script(self.job, cluster.dashboard_url, job_id, runtime_env, entrypoint)
+        script = submitter_script(self.job.spec, cluster.dashboard_url, job_id, runtime_env, entrypoint)
         env = cluster.client_env()
         env["PYTHONUNBUFFERED"] = "1"
         self.say(f"submitter (K8sJobMode), run with /bin/bash -c:\n  {script}")
@@ -477,7 +446,7 @@ def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Pa
                 cluster.mark_keep()
                 print(f"cluster kept (--keep): dashboard {cluster.dashboard_url}, token "
                       f"{cluster.token_path if cluster.token else 'none'}, shared storage {cluster.shared_dir}; "
-                      f"stop it with: scripts/ray-cluster stop {cluster.run_id}", file=out, flush=True)
+                      f"stop it with: raytrain cluster stop {cluster.run_id}", file=out, flush=True)
             else:
                 cluster.stop()
                 print(f"cluster {cluster.run_id} removed; the shared storage stays at {cluster.shared_dir}",

@@ -1,6 +1,6 @@
 """Local Ray clusters shaped like a KubeRay RayCluster: one real Ray node per pod.
 
-`raytrain emulate` and `scripts/ray-cluster` (plain VMs) both build their `ray start` commands here, so the
+`raytrain emulate` and `raytrain cluster` (plain VMs) both build their `ray start` commands in raynode.py, so the
 Kubernetes path and the by-hand path stay one code path.
 
 A local cluster (`LocalCluster`) gives every node its own address:
@@ -21,21 +21,25 @@ and recorded in /tmp/rte<id>/state.json with the owner's PID, so a later run rem
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from raytrain.kube.dashboard import alive_nodes, wait_dashboard
+from raytrain.kube.processes import (
+    kill_pids, memory_available, memory_total, netns_pids, pids_mentioning, proc_table, process_start, sh, tree_pids,
+)
+from raytrain.kube.quantity import QuantityError
+from raytrain.kube.raynode import ClusterError, Ports, ray_start_command
+from raytrain.kube.shape import NodeSpec, ShapeError, node_spec, start_replicas
 
 
 RUN_PREFIX = "rte"
@@ -44,73 +48,11 @@ SHARED_MOUNT = "/mnt/shared"
 # What one Ray node itself costs (raylet, GCS or agent processes) on top of its workers; used to cap node counts.
 NODE_OVERHEAD_BYTES = 600 * 2**20
 DEFAULT_NODE_MEMORY = 2 * 2**30
-HEALTH_PATH = "/api/gcs_healthz"  # what KubeRay's submitter polls before `ray job submit`
 
 # The chart's default failureDetection, as the head's environment: the GCS declares a lost node dead after 3 failed
 # health checks 1 s apart instead of Ray's 5 x 3 s, so a run that lost a node restarts its workers sooner.
 # Clusters built here without the chart (raytrain bench) use it; tests/kube/test_chart.py keeps the two equal.
 FAILURE_DETECTION_ENV = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
-
-# rayStartParams that the local cluster owns (addresses, ports, paths, resources it computes itself).
-_MANAGED_PARAMS = {
-    "address", "node-ip-address", "port", "temp-dir", "block", "head", "dashboard-host", "dashboard-port",
-    "num-cpus", "num-gpus", "memory", "resources", "metrics-export-port", "dashboard-agent-listen-port",
-    "dashboard-agent-grpc-port", "ray-client-server-port", "object-manager-port", "node-manager-port",
-    "runtime-env-agent-port", "min-worker-port", "max-worker-port", "worker-port-list",
-}
-_FLAG_PARAMS = {"disable-usage-stats", "include-log-monitor", "ray-debugger-external", "enable-resource-isolation"}
-
-
-class ClusterError(Exception):
-    """A cluster could not be shaped, started or reached; the message says what to fix."""
-
-
-# --------------------------------------------------------------------------------------------------- shape
-
-_SUFFIXES = {
-    "": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}
-
-
-def parse_quantity(value: Any, where: str = "quantity") -> float:
-    """A Kubernetes resource quantity ("500m", "2", "4Gi", "1e3") as a number."""
-    if isinstance(value, (int, float)):
-        return float(value)
-    match = re.fullmatch(r"\s*((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
-    if not match or match.group(2) not in _SUFFIXES:
-        raise ClusterError(f"{where}: {value!r} is not a Kubernetes quantity (use e.g. 500m, 2, 4Gi)")
-    return float(match.group(1)) * _SUFFIXES[match.group(2)]
-
-
-def parse_resources_param(value: str, where: str) -> dict[str, float]:
-    """rayStartParams.resources, written as in KubeRay samples: '"{\\"TPU\\": 4}"' or '{"TPU": 4}'."""
-    text = str(value).strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        text = text[1:-1].replace('\\"', '"')
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ClusterError(f"{where}: {value!r} is not a JSON object of resource amounts ({err.msg}); "
-                           'write it like \'"{\\"CUSTOM\\": 1}"\'') from None
-    if not isinstance(parsed, dict) or not all(isinstance(v, (int, float)) for v in parsed.values()):
-        raise ClusterError(f"{where}: {value!r} must map resource names to numbers")
-    return {str(k): float(v) for k, v in parsed.items()}
-
-
-@dataclass
-class NodeSpec:
-    """One Ray node (one pod of a RayCluster group)."""
-
-    name: str
-    group: str
-    head: bool
-    num_cpus: float | None = None
-    num_gpus: float | None = None
-    memory: int | None = None
-    resources: dict[str, float] = field(default_factory=dict)
-    params: dict[str, str] = field(default_factory=dict)  # other rayStartParams, passed through as --key=value
-    env: dict[str, str] = field(default_factory=dict)  # literal container env (valueFrom is not resolvable here)
 
 
 @dataclass
@@ -126,43 +68,14 @@ class ClusterShape:
 
 
 def _node_spec(group_spec: dict, name: str, group: str, head: bool, where: str, notes: list[str]) -> NodeSpec:
-    params = {str(k): str(v) for k, v in (group_spec.get("rayStartParams") or {}).items()}
+    """The node as KubeRay starts it (shape.py), on this machine: without GPUs where it has none."""
     try:
-        container = group_spec["template"]["spec"]["containers"][0]
-    except (KeyError, IndexError, TypeError):
-        raise ClusterError(f"{where}.template.spec.containers: a RayCluster group needs its Ray container first "
-                           "in template.spec.containers") from None
-    res = container.get("resources") or {}
-    limits, requests = res.get("limits") or {}, res.get("requests") or {}
-
-    def amount(key: str) -> float | None:
-        value = limits.get(key, requests.get(key))
-        return None if value is None else parse_quantity(value, f"{where}...resources.{key}")
-
-    spec = NodeSpec(name=name, group=group, head=head)
-    # KubeRay: rayStartParams win, otherwise the container's limits (requests as fallback); CPUs rounded up.
-    cpu = params.get("num-cpus")
-    spec.num_cpus = float(cpu) if cpu is not None else (math.ceil(amount("cpu")) if amount("cpu") else None)
-    gpu = params.get("num-gpus")
-    spec.num_gpus = float(gpu) if gpu is not None else amount("nvidia.com/gpu")
-    memory = params.get("memory")
-    spec.memory = int(float(memory)) if memory is not None else (int(amount("memory")) if amount("memory") else None)
-    if "resources" in params:
-        spec.resources = parse_resources_param(params["resources"], f"{where}.rayStartParams.resources")
-    for key, value in (group_spec.get("resources") or {}).items():  # KubeRay >= 1.4 group-level Ray resources
-        if key in ("CPU", "cpu"):
-            spec.num_cpus = parse_quantity(value, f"{where}.resources.{key}")
-        elif key in ("GPU", "nvidia.com/gpu"):
-            spec.num_gpus = parse_quantity(value, f"{where}.resources.{key}")
-        elif key == "memory":
-            spec.memory = int(parse_quantity(value, f"{where}.resources.memory"))
-        else:
-            spec.resources[key] = parse_quantity(value, f"{where}.resources.{key}")
+        spec = node_spec(group_spec, name, group, head, where)
+    except (ShapeError, QuantityError) as err:
+        raise ClusterError(str(err)) from None
     if spec.num_gpus and not shutil.which("nvidia-smi"):
         notes.append(f"{name}: asks for {spec.num_gpus:g} GPU(s) but this machine has none; it starts without GPUs")
         spec.num_gpus = 0
-    spec.params = {k: v for k, v in params.items() if k not in _MANAGED_PARAMS}
-    spec.env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e and "name" in e}
     return spec
 
 
@@ -187,10 +100,7 @@ def cluster_shape(raycluster_spec: dict, *, max_worker_nodes: int | None = None,
         if group.get("suspend"):
             notes.append(f"{gname}: suspended, no nodes started")
             continue
-        replicas = group.get("replicas", group.get("minReplicas", 0)) or 0
-        if "maxReplicas" in group:
-            replicas = min(replicas, group["maxReplicas"])
-        replicas *= group.get("numOfHosts", 1) or 1
+        replicas = start_replicas(group)
         started = 0
         for i in range(replicas):
             spec = _node_spec(group, f"{gname}-{i}", gname, False, gwhere, notes)
@@ -206,203 +116,6 @@ def cluster_shape(raycluster_spec: dict, *, max_worker_nodes: int | None = None,
                          f"{max_worker_nodes} worker node(s) within {memory_budget / 2**30:.1f} GiB")
     return ClusterShape(head=head, workers=workers, auth_token=auth, notes=notes)
 
-
-# --------------------------------------------------------------------------------------------------- commands
-
-def free_port(host: str = "") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class Ports:
-    gcs: int = 6379
-    dashboard: int = 8265
-    client: int = 10001
-    metrics: int = 8080
-    agent_http: int = 52365
-    agent_grpc: int = 52366
-    runtime_env_agent: int = 52367
-    node_manager: int = 52368
-    object_manager: int = 52369
-
-    @classmethod
-    def pick(cls) -> "Ports":
-        """Free ports on this host: needed where nodes share one network stack (loopback mode, plain VMs)."""
-        picked: set[int] = set()
-        values = {}
-        for name in cls.__dataclass_fields__:
-            port = free_port()
-            while port in picked:
-                port = free_port()
-            picked.add(port)
-            values[name] = port
-        return cls(**values)
-
-
-def ray_start_command(spec: NodeSpec, *, ray_bin: str, node_ip: str, temp_dir: str, ports: Ports,
-                      head_address: str | None, dashboard_host: str, block: bool = True) -> list[str]:
-    """`ray start` for one node, as KubeRay's generated pod command would run it (plus our ports and paths)."""
-    cmd = [ray_bin, "start", f"--node-ip-address={node_ip}", f"--temp-dir={temp_dir}",
-           f"--node-manager-port={ports.node_manager}", f"--object-manager-port={ports.object_manager}",
-           f"--metrics-export-port={ports.metrics}", f"--dashboard-agent-listen-port={ports.agent_http}",
-           f"--dashboard-agent-grpc-port={ports.agent_grpc}", f"--runtime-env-agent-port={ports.runtime_env_agent}",
-           "--disable-usage-stats"]
-    if block:
-        cmd.append("--block")
-    if spec.head:
-        cmd += ["--head", f"--port={ports.gcs}", f"--dashboard-host={dashboard_host}",
-                f"--dashboard-port={ports.dashboard}", f"--ray-client-server-port={ports.client}"]
-    else:
-        if not head_address:
-            raise ClusterError(f"{spec.name}: a worker node needs the head's address (HOST:PORT)")
-        cmd.append(f"--address={head_address}")
-    if spec.num_cpus is not None:
-        cmd.append(f"--num-cpus={spec.num_cpus:g}")
-    if spec.num_gpus is not None:
-        cmd.append(f"--num-gpus={spec.num_gpus:g}")
-    if spec.memory:
-        cmd.append(f"--memory={spec.memory}")
-        if "object-store-memory" not in spec.params:
-            # Ray sizes the object store from the host's memory, not the pod's; keep it inside the pod's limit.
-            cmd.append(f"--object-store-memory={max(100 * 2**20, int(spec.memory * 0.3))}")
-    if spec.resources:
-        cmd.append("--resources=" + json.dumps(spec.resources, separators=(",", ":")))
-    for key, value in sorted(spec.params.items()):
-        cmd.append(f"--{key}" if key in _FLAG_PARAMS and value.lower() in ("true", "") else f"--{key}={value}")
-    return cmd
-
-
-# --------------------------------------------------------------------------------------------------- processes
-
-def _proc_table() -> dict[int, tuple[int, float, list[str]]]:
-    """pid -> (parent pid, start time in clock ticks, command line), read from /proc (no psutil needed)."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), float(fields[19]), [c.decode(errors="replace") for c in cmdline if c])
-    return table
-
-
-def process_start(pid: int) -> float | None:
-    entry = _proc_table().get(pid)
-    return entry[1] if entry else None
-
-
-def memory_available() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 8 * 2**30
-
-
-def memory_total() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    return 8 * 2**30
-
-
-def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(list(args), capture_output=True, text=True, check=check)
-
-
-def tree_pids(root_pid: int) -> list[int]:
-    """root_pid and all its descendants."""
-    table = _proc_table()
-    if root_pid not in table:
-        return []
-    found, frontier = [root_pid], [root_pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, (ppid, _, _) in table.items() if ppid == parent]
-        found += children
-        frontier += children
-    return found
-
-
-def pids_mentioning(text: str) -> list[int]:
-    """Processes whose command line names `text` (our run dir): Ray daemons orphaned by a killed parent."""
-    return [pid for pid, (_, _, cmd) in _proc_table().items()
-            if pid != os.getpid() and any(text in part for part in cmd)]
-
-
-def netns_pids(netns: str) -> list[int]:
-    result = _sh("ip", "netns", "pids", netns, check=False)
-    return [int(p) for p in result.stdout.split()] if result.returncode == 0 else []
-
-
-def kill_pids(pids: list[int], grace: float = 3.0) -> None:
-    """SIGTERM, then SIGKILL what is left: only ever the PIDs we were given."""
-    pids = [p for p in dict.fromkeys(pids) if p != os.getpid()]
-    starts = {pid: process_start(pid) for pid in pids}
-    pids = [pid for pid in pids if starts[pid] is not None]
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, grace)):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        deadline = time.monotonic() + wait
-        while pids and time.monotonic() < deadline:
-            for pid in pids:  # reap our own children so they do not linger as zombies
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-            # same PID and start time: still the process we signalled (not a reused PID)
-            pids = [pid for pid in pids if process_start(pid) == starts[pid] and not _is_zombie(pid)]
-            if pids:
-                time.sleep(0.1)
-        if not pids:
-            return
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2] == "Z"
-    except OSError:
-        return True
-
-
-def http_get(url: str, token: str | None, timeout: float = 5.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-def wait_dashboard(url: str, token: str | None, timeout: float) -> None:
-    """Wait as KubeRay's submitter does: until the dashboard's GCS health endpoint answers 200."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if http_get(url + HEALTH_PATH, token, timeout=2)[0] == 200:
-                return
-        except (OSError, urllib.error.URLError):
-            pass
-        if time.monotonic() > deadline:
-            raise ClusterError(f"the Ray dashboard at {url} did not become healthy within {timeout:.0f}s")
-        time.sleep(0.5)
-
-
-def alive_nodes(url: str, token: str | None) -> list[dict]:
-    """Alive Ray nodes through the dashboard's state API (same auth as job submission)."""
-    status, body = http_get(url + "/api/v0/nodes?limit=1000&detail=1", token)
-    if status != 200:
-        return []
-    return [n for n in json.loads(body)["data"]["result"]["result"] if n.get("state") == "ALIVE"]
 
 
 # --------------------------------------------------------------------------------------------------- cluster
@@ -435,13 +148,13 @@ def _remove_run(run_dir: Path, state: dict | None) -> None:
                 pids += tree_pids(node["pid"])
     kill_pids(pids)
     for ns in _list_netns(run_id):
-        _sh("ip", "netns", "del", ns, check=False)
-    _sh("ip", "link", "del", f"{run_id}h", check=False)
+        sh("ip", "netns", "del", ns, check=False)
+    sh("ip", "link", "del", f"{run_id}h", check=False)
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _list_netns(run_id: str) -> list[str]:
-    result = _sh("ip", "netns", "list", check=False)
+    result = sh("ip", "netns", "list", check=False)
     names = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
     return [n for n in names if n.startswith(f"{run_id}-")]
 
@@ -465,16 +178,21 @@ def clean_stale(out: IO[str] | None = None, root: Path | None = None) -> list[st
         _remove_run(run_dir, state)
         removed.append(run_dir.name)
     if root is None and os.geteuid() == 0:  # namespaces and host veths whose run dir is already gone
-        for ns in _sh("ip", "netns", "list", check=False).stdout.split("\n"):
+        for ns in sh("ip", "netns", "list", check=False).stdout.split("\n"):
             match = re.match(rf"({RUN_PREFIX}[0-9a-f]{{6}})-", ns)
             if match and not (RUN_ROOT / match.group(1)).exists():
                 kill_pids(netns_pids(ns.split()[0]))
-                _sh("ip", "netns", "del", ns.split()[0], check=False)
-                _sh("ip", "link", "del", f"{match.group(1)}h", check=False)
+                sh("ip", "netns", "del", ns.split()[0], check=False)
+                sh("ip", "link", "del", f"{match.group(1)}h", check=False)
                 removed.append(ns.split()[0])
     if removed and out:
         print(f"removed leftovers of killed runs: {', '.join(removed)}", file=out)
     return removed
+
+
+def is_run_id(text: str) -> bool:
+    """rte<6 hex>: a local cluster's run id (vs. a VM node's temp dir)."""
+    return re.fullmatch(rf"{RUN_PREFIX}[0-9a-f]{{6}}", text) is not None
 
 
 def stop_run(run_id: str) -> bool:
@@ -492,10 +210,10 @@ def stop_run(run_id: str) -> bool:
 
 def _pick_subnet() -> str:
     """A 10.213.N.0/24 no interface on this host uses (bridged only inside our own namespaces)."""
-    used = _sh("ip", "-4", "-o", "addr", check=False).stdout
-    for sw in _sh("ip", "netns", "list", check=False).stdout.split("\n"):
+    used = sh("ip", "-4", "-o", "addr", check=False).stdout
+    for sw in sh("ip", "netns", "list", check=False).stdout.split("\n"):
         if sw.strip():
-            used += _sh("ip", "-n", sw.split()[0], "-4", "-o", "addr", check=False).stdout
+            used += sh("ip", "-n", sw.split()[0], "-4", "-o", "addr", check=False).stdout
     for n in secrets.SystemRandom().sample(range(1, 255), 254):
         if f"10.213.{n}." not in used:
             return f"10.213.{n}"
@@ -673,7 +391,7 @@ class LocalCluster:
     @staticmethod
     def _run_steps(steps: list[list[str]]) -> None:
         for step in steps:
-            result = _sh(*step, check=False)
+            result = sh(*step, check=False)
             if result.returncode != 0:
                 raise ClusterError(f"setting up the node network failed at `{' '.join(step)}`: "
                                    f"{result.stderr.strip()}")
@@ -729,7 +447,7 @@ class LocalCluster:
         a ghost of the old node that holds placement-group bundles."""
         kill_pids(self.node_pids(node))
         if node.netns:
-            _sh("ip", "netns", "del", node.netns, check=False)
+            sh("ip", "netns", "del", node.netns, check=False)
         index = max(n.index for n in self.nodes) + 1
         if index > 250:
             raise ClusterError(f"node {node.spec.name} was restarted too often: no addresses left in {self.subnet}.0/24")
@@ -782,193 +500,7 @@ def node_processes(state_file: Path, name: str, contains: str = "") -> list[int]
     pids = set(tree_pids(node["pid"]) if node.get("pid") else []) | set(pids_mentioning(node["temp_dir"]))
     if node.get("netns"):
         pids |= set(netns_pids(node["netns"]))
-    table = _proc_table()
+    table = proc_table()
     return sorted(pid for pid in pids if pid in table and contains in " ".join(table[pid][2]))
 
 
-# --------------------------------------------------------------------------------------------------- plain VMs
-# `scripts/ray-cluster` runs these: one Ray node on this machine, started with the same `ray start` command as an
-# emulated node, kept in the background (`--block` under its own session) and recorded in TEMP_DIR/node.json.
-
-NODE_FILE = "node.json"
-
-
-def start_vm_node(*, head_address: str | None, temp_dir: Path, node_ip: str, num_cpus: float | None,
-                  token_file: Path | None, ports: Ports, auth: bool, out: IO[str] = sys.stdout,
-                  timeout: float = 120.0) -> dict:
-    """Start a head (head_address None) or a worker joining head_address; returns the recorded node."""
-    temp_dir = Path(temp_dir).absolute()
-    if (temp_dir / NODE_FILE).exists():
-        old = json.loads((temp_dir / NODE_FILE).read_text())
-        if process_start(old["pid"]) == old.get("started"):
-            raise ClusterError(f"a Ray node started from {temp_dir} is running (pid {old['pid']}); stop it first: "
-                               f"scripts/ray-cluster stop {temp_dir}")
-    temp_dir.mkdir(parents=True, exist_ok=True)
-    token = None
-    if auth:
-        token_file = Path(token_file) if token_file else temp_dir / "auth_token"
-        if not token_file.exists():
-            if head_address:
-                raise ClusterError(f"token auth is on but {token_file} does not exist. Fix: copy the head's token "
-                                   "file to this machine and pass --token-file, or start the cluster with --no-auth")
-            token_file.write_text(secrets.token_hex(32))
-            token_file.chmod(0o600)
-        token = token_file.read_text().strip()
-    spec = NodeSpec(name="head" if head_address is None else "worker", group="vm", head=head_address is None,
-                    num_cpus=num_cpus)
-    cmd = ray_start_command(spec, ray_bin=str(Path(sys.executable).parent / "ray"), node_ip=node_ip,
-                            temp_dir=str(temp_dir / "ray"), ports=ports, head_address=head_address,
-                            dashboard_host=node_ip)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    if auth:
-        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
-    log = temp_dir / "node.log"
-    with open(log, "ab") as handle:
-        proc = subprocess.Popen(cmd, env=env, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=temp_dir)
-    record = {"pid": proc.pid, "started": process_start(proc.pid), "temp_dir": str(temp_dir), "log": str(log),
-              "node_ip": node_ip, "ports": asdict(ports), "token_file": str(token_file) if auth else None,
-              "head": head_address is None, "gcs_address": head_address or f"{node_ip}:{ports.gcs}"}
-    if head_address is None:
-        record["dashboard_url"] = f"http://{node_ip}:{ports.dashboard}"
-        try:
-            wait_dashboard(record["dashboard_url"], token, timeout)
-        except ClusterError:
-            kill_pids(tree_pids(proc.pid) + pids_mentioning(str(temp_dir)))
-            raise ClusterError(f"the head did not come up within {timeout:.0f}s; see {log}") from None
-    else:
-        deadline = time.monotonic() + timeout
-        while not (temp_dir / "ray" / "session_latest").exists() or proc.poll() is not None:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"the worker did not join {head_address}; see {log}")
-            time.sleep(0.5)
-    (temp_dir / NODE_FILE).write_text(json.dumps(record, indent=1))
-    return record
-
-
-def stop_vm_node(temp_dir: Path) -> bool:
-    """Stop the node started from temp_dir: its process tree and anything naming the directory; nothing else."""
-    temp_dir = Path(temp_dir).absolute()
-    try:
-        record = json.loads((temp_dir / NODE_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    pids = pids_mentioning(str(temp_dir))
-    if process_start(record["pid"]) == record.get("started"):
-        pids += tree_pids(record["pid"])
-    kill_pids(pids)
-    (temp_dir / NODE_FILE).unlink(missing_ok=True)
-    return True
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """Commands behind scripts/ray-cluster (see its usage)."""
-    import argparse
-
-    from ray._private.services import get_node_ip_address
-
-    parser = argparse.ArgumentParser(prog="scripts/ray-cluster")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def node_args(p):
-        p.add_argument("--temp-dir", default="/tmp/raytrain-node", help="this node's Ray temp dir and records")
-        p.add_argument("--node-ip", default=None, help="address the other nodes reach this one at")
-        p.add_argument("--num-cpus", type=float, default=None)
-        p.add_argument("--token-file", default=None, help="the cluster's auth token (default: TEMP_DIR/auth_token)")
-        p.add_argument("--no-auth", action="store_true", help="turn Ray token auth off (not recommended)")
-        p.add_argument("--free-ports", action="store_true", help="pick free ports instead of Ray's defaults")
-
-    head = sub.add_parser("head", help="start the head node here")
-    node_args(head)
-    head.add_argument("--port", type=int, default=6379)
-    head.add_argument("--dashboard-port", type=int, default=8265)
-    join = sub.add_parser("join", help="start a worker node here that joins HEAD:PORT")
-    join.add_argument("address", metavar="HEAD:PORT")
-    node_args(join)
-    status = sub.add_parser("status", help="the cluster's nodes and resources")
-    status.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
-    status.add_argument("--token-file", default=None)
-    submit = sub.add_parser("submit", help="run the training package on the cluster, as the RayJob does")
-    submit.add_argument("config", metavar="CONFIG", help="run config YAML or preset name")
-    submit.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
-    submit.add_argument("--name", required=True, help="run name (same name resumes)")
-    submit.add_argument("--storage", default=SHARED_MOUNT + "/runs", help="shared storage path on every node")
-    submit.add_argument("--token-file", default=None)
-    stop = sub.add_parser("stop", help="stop the node started from TEMP_DIR, or an emulated cluster rte<id>")
-    stop.add_argument("target", metavar="TEMP_DIR|RUN_ID")
-    kill = sub.add_parser("kill-node", help="SIGKILL one node of an emulated cluster (failure drills)")
-    kill.add_argument("run_id")
-    kill.add_argument("node")
-    args = parser.parse_args(argv)
-
-    try:
-        if args.command in ("head", "join"):
-            ports = Ports.pick() if args.free_ports else Ports()
-            if args.command == "head":
-                ports.gcs, ports.dashboard = args.port, args.dashboard_port
-            record = start_vm_node(
-                head_address=args.address if args.command == "join" else None, temp_dir=Path(args.temp_dir),
-                node_ip=args.node_ip or get_node_ip_address(), num_cpus=args.num_cpus,
-                token_file=Path(args.token_file) if args.token_file else None, ports=ports, auth=not args.no_auth)
-            if record["head"]:
-                token = f" --token-file {record['token_file']}" if record["token_file"] else ""
-                print(f"head started (pid {record['pid']}): GCS {record['gcs_address']}, dashboard "
-                      f"{record['dashboard_url']}\n  on each worker machine: scripts/ray-cluster join "
-                      f"{record['gcs_address']}{token}"
-                      + (f"\n  (copy {record['token_file']} there first)" if token else ""))
-            else:
-                print(f"worker started (pid {record['pid']}), joined {record['gcs_address']}")
-            return 0
-        if args.command == "stop":
-            target = args.target
-            if re.fullmatch(rf"{RUN_PREFIX}[0-9a-f]{{6}}", target):
-                ok = stop_run(target)
-            else:
-                ok = stop_vm_node(Path(target))
-            print(f"stopped {target}" if ok else f"nothing to stop at {target}")
-            return 0 if ok else 1
-        if args.command == "kill-node":
-            pids = kill_node(RUN_ROOT / args.run_id / "state.json", args.node)
-            print(f"killed {len(pids)} processes of {args.node}")
-            return 0
-        token = Path(args.token_file).read_text().strip() if args.token_file else None
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        if args.token_file:
-            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(Path(args.token_file).absolute()))
-        if args.command == "status":
-            wait_dashboard(args.address, token, 30)
-            for node in alive_nodes(args.address, token):
-                print(f"{node['node_ip']:<16} {'head' if node.get('is_head_node') else 'worker':<7} "
-                      f"{node.get('resources_total')}")
-            return 0
-        return submit_training(args.config, args.address, args.name, args.storage, env)
-    except ClusterError as err:
-        print(f"scripts/ray-cluster: {err}", file=sys.stderr)
-        return 1
-
-
-def submit_training(config: str, address: str, name: str, storage: str, env: dict[str, str]) -> int:
-    """What the RayJob does, without Kubernetes: the config file as the working dir's job.yaml, the same
-    submitter command as KubeRay's K8sJobMode, `raytrain run job.yaml` on the head."""
-    import tempfile
-
-    from raytrain.kube.emulate import JobInput, submitter_script
-
-    with tempfile.TemporaryDirectory(prefix="raytrain-submit-") as work:
-        path = Path(config)
-        if path.is_file():
-            shutil.copy(path, Path(work) / "job.yaml")
-            ref = "job.yaml"
-        else:
-            ref = config  # a preset name: the package on the head has it
-        job = JobInput(Path("<submit>"), {"metadata": {"name": name}, "spec": {}}, {})
-        entrypoint = f"raytrain run {ref} --name {name} --storage {storage} --address auto"
-        job_id = f"{name}-{secrets.token_hex(3)}"
-        script = submitter_script(job, address.rstrip("/"), job_id, {"working_dir": work}, entrypoint)
-        return subprocess.run(["/bin/bash", "-c", script], env={**env, "PYTHONUNBUFFERED": "1"}).returncode
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

@@ -15,6 +15,11 @@ import helm_python as helm
 import yaml
 
 
+def default_chart_dir() -> Path:
+    """helm/raytrain-cluster of the checkout this package runs from (the chart is not part of the wheel)."""
+    return Path(__file__).resolve().parents[2] / "helm" / "raytrain-cluster"
+
+
 class ChartError(Exception):
     """The chart could not be rendered or linted; the message names the chart, the values files and the cause."""
 

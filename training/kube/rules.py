@@ -1,36 +1,24 @@
-"""Rules beyond the schemas: KubeRay v1.7.0's admission checks (ray-operator/controllers/ray/utils/validation.go
-and the CRDs' CEL rules) and raytrain's cross-checks between a RayJob, its run config and its cluster.
+"""KubeRay v1.7.0's admission rules beyond the schemas (ray-operator/controllers/ray/utils/validation.go and the
+CRDs' CEL rules), and the image/rayVersion check that mirrors what KubeRay acts on.
 
-Also the pieces other tools reuse to read a RayJob the way KubeRay and `raytrain run` will:
-parse_entrypoint, node_resources, shared_mounts, resolve_run_config.
+(Being moved to kuberay_rules.py; raytrain's own cross-checks are in raytrain_rules.py.)
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import math
 import re
-import shlex
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from raytrain.kube.validate import Doc, Problem
+from raytrain.kube.problems import Doc, Problem
 
 # KubeRay limits: 63 minus "-serve-svc" for clusters; minus 6 more for the suffix a RayJob's cluster gets.
 MAX_RAYCLUSTER_NAME = 53
 MAX_RAYJOB_NAME = 47
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MIN_AUTH_RAY_VERSION = (2, 52, 0)
-DASHBOARD_PORT = 8265
 SUBMISSION_MODES = ("K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode")
-# Volumes that live and die with the pod: never the shared storage.
-POD_LOCAL_VOLUMES = {"emptyDir", "configMap", "secret", "downwardAPI", "projected"}
 
 
 def _get(obj: Any, *keys: Any, default: Any = None) -> Any:
@@ -49,12 +37,6 @@ def _get(obj: Any, *keys: Any, default: Any = None) -> Any:
 def _version(text: Any) -> tuple[int, ...] | None:
     match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
     return tuple(int(g or 0) for g in match.groups()) if match else None
-
-
-def _split_fix(text: str) -> tuple[str, str]:
-    """raytrain's error messages end with 'Fix: ...'; Problem keeps the two apart."""
-    message, sep, fix = str(text).partition(" Fix: ")
-    return (message.strip(), fix.strip().rstrip(".")) if sep else (str(text).strip(), "correct the value named above")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -303,298 +285,3 @@ def _check_deletion_strategy(doc: Doc, spec: dict, shutdown: bool, selector: boo
             out.append(doc.problem(path, f"duplicates deletionRules[{seen[key]}].", "remove one of them"))
         seen[key] = i
     return out
-
-
-# ----------------------------------------------------------------------------------------------------------
-# reading a RayJob as raytrain runs it
-
-
-@dataclasses.dataclass
-class RaytrainRun:
-    """`raytrain run CONFIG [--set k=v]... [--name N] [--storage P] [--address A] [--smoke-test]`."""
-
-    config: str
-    overrides: list[str]
-    name: str | None
-    storage: str | None
-    address: str | None
-    smoke_test: bool
-
-
-class EntrypointError(ValueError):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would print usage and exit
-        raise EntrypointError(message)
-
-
-def parse_entrypoint(entrypoint: Any) -> RaytrainRun | None:
-    """The `raytrain run` command of a RayJob entrypoint; None when the entrypoint runs something else."""
-    try:
-        # punctuation_chars: "auto; echo" and "a&&b" split at the shell operators, as the shell would.
-        lexer = shlex.shlex(str(entrypoint or ""), posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError as exc:
-        raise EntrypointError(f"cannot be split into words ({exc})") from exc
-    for i, token in enumerate(tokens[:-1]):
-        if Path(token).name == "raytrain" and tokens[i + 1] == "run":
-            args = []
-            for word in tokens[i + 2:]:
-                if word and set(word) <= set("&|;()<>"):
-                    break
-                args.append(word)
-            parser = _Parser(prog="raytrain run", add_help=False)
-            parser.add_argument("config")
-            parser.add_argument("--set", action="append", default=[])
-            parser.add_argument("--name")
-            parser.add_argument("--storage")
-            parser.add_argument("--address")
-            parser.add_argument("--smoke-test", action="store_true")
-            ns = parser.parse_args(args)
-            return RaytrainRun(ns.config, ns.set, ns.name, ns.storage, ns.address, ns.smoke_test)
-    return None
-
-
-def _quantity(value: Any) -> float:
-    text = str(value)
-    units = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
-    match = re.match(r"^([0-9.]+)([a-zA-Z]*)$", text)
-    if not match:
-        return 0.0
-    return float(match.group(1)) * units.get(match.group(2), 1.0)
-
-
-def node_resources(cluster_spec: dict) -> list[dict[str, float]]:
-    """The Ray nodes a RayCluster spec can ever have, as {CPU, GPU} like ray.nodes(): the head and each worker
-    group at maxReplicas with autoscaling, else at replicas. Ray's view comes from rayStartParams (or the group's
-    resources) and falls back to the container's limits, as KubeRay does."""
-    nodes = []
-    for _, _, group in _groups(cluster_spec, "spec"):
-        container = _get(group, "template", "spec", "containers", 0, default={})
-        limits = _get(container, "resources", "limits", default={}) or _get(container, "resources", "requests", default={})
-        params = group.get("rayStartParams") or {}
-        declared = group.get("resources") or {}
-        cpu = params.get("num-cpus", declared.get("CPU"))
-        cpus = float(_quantity(cpu)) if cpu is not None else float(math.ceil(_quantity(limits.get("cpu", 0))))
-        gpu = params.get("num-gpus", declared.get("GPU"))
-        gpus = float(_quantity(gpu)) if gpu is not None else sum(
-            _quantity(v) for k, v in limits.items() if k.endswith("/gpu"))
-        if group is cluster_spec.get("headGroupSpec"):
-            count = 1
-        else:
-            count = int(group.get("maxReplicas" if autoscaling_enabled(cluster_spec) else "replicas") or 0)
-            count *= int(group.get("numOfHosts") or 1)
-        nodes += [{"CPU": cpus, "GPU": gpus} for _ in range(count)]
-    return nodes
-
-
-def shared_mounts(cluster_spec: dict) -> list[str]:
-    """Mount paths that the Ray container of every group (head and workers) has from a persistent volume."""
-    per_group = []
-    for _, _, group in _groups(cluster_spec, "spec"):
-        pod = _get(group, "template", "spec", default={})
-        persistent = {v.get("name") for v in pod.get("volumes") or [] if not (set(v) & POD_LOCAL_VOLUMES)}
-        container = _get(pod, "containers", 0, default={})
-        per_group.append({m.get("mountPath") for m in container.get("volumeMounts") or [] if m.get("name") in persistent})
-    common = set.intersection(*per_group) if per_group else set()
-    return sorted(str(p) for p in common if p)
-
-
-@dataclasses.dataclass
-class RunConfigSource:
-    doc: Doc  # the ConfigMap holding the file, or the RayJob for a preset
-    field: str
-    text: str | None  # None: a preset shipped in the image
-    ref: str
-
-
-def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[RunConfigSource | None, list[Problem]]:
-    """Where CONFIG comes from: a preset, or a file that `ray job submit` uploads from the runtime env's working_dir,
-    which the submitter pod has from a ConfigMap. (None, []) when it cannot be known offline (absolute or remote)."""
-    ref = run.config
-    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
-        return RunConfigSource(job, "spec.entrypoint", None, ref), []
-    if ref.startswith("/"):
-        return None, []  # a file already on the head pod's disk
-    spec = job.obj.get("spec") or {}
-    try:
-        working_dir = (yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {}).get("working_dir")
-    except (yaml.YAMLError, AttributeError):
-        return None, []  # reported by check_job_spec
-    if not working_dir:
-        return None, [job.problem("spec.runtimeEnvYAML", f"has no working_dir, so the entrypoint's '{ref}' does not "
-                                  "reach the head pod.", "add 'working_dir: /etc/raytrain-job' and mount the run "
-                                  "config's ConfigMap there in the submitterPodTemplate")]
-    if "://" in str(working_dir):
-        return None, []  # a remote package: not in this manifest set
-    pod = _get(spec, "submitterPodTemplate", "spec", default={})
-    container = _get(pod, "containers", 0, default={})
-    mount = next((m for m in container.get("volumeMounts") or [] if m.get("mountPath") == working_dir), None)
-    volume = next((v for v in pod.get("volumes") or [] if mount and v.get("name") == mount.get("name")), None)
-    cm_name = _get(volume, "configMap", "name")
-    if not cm_name:
-        return None, [job.problem("spec.submitterPodTemplate", f"mounts no ConfigMap at the runtime env's working_dir "
-                                  f"{working_dir}, so `ray job submit` uploads no '{ref}'.", f"mount the ConfigMap "
-                                  f"holding {ref} at {working_dir} in the first container")]
-    items = {i.get("path"): i.get("key") for i in _get(volume, "configMap", "items", default=[])}
-    key = items.get(ref, ref) if items else ref
-    cm = next((d for d in docs if d.kind == "ConfigMap" and d.name == cm_name), None)
-    if cm is None:
-        return None, [job.problem("spec.submitterPodTemplate.spec.volumes", f"ConfigMap {cm_name} with the run "
-                                  "config is not in this manifest set, so it cannot be checked.",
-                                  "put the ConfigMap in the same file or directory as the RayJob")]
-    text = _get(cm.obj, "data", key)
-    if text is None:
-        return None, [cm.problem(f"data.{key}", f"is missing; the RayJob {job.name} runs `raytrain run {ref}`.",
-                                 f"add the run config under the key '{key}'")]
-    return RunConfigSource(cm, f"data.{key}", str(text), ref), []
-
-
-def load_run_config(source: RunConfigSource, run: RaytrainRun) -> tuple[Any, list[Problem]]:
-    """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's --set overrides."""
-    from raytrain.config import ConfigError, load_config
-
-    with tempfile.TemporaryDirectory(prefix="raytrain-validate-") as tmp:
-        ref = source.ref
-        if source.text is not None:
-            path = Path(tmp) / Path(source.ref).name
-            path.write_text(source.text)
-            ref = str(path)
-        try:
-            return load_config(ref, run.overrides, smoke=run.smoke_test), []
-        except ConfigError as exc:
-            message, fix = _split_fix(str(exc).replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
-            return None, [source.doc.problem(source.field, message, fix)]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# raytrain's cross-checks
-
-
-def cross_check(docs: list[Doc], target: Callable[[str], tuple[list[Doc], list[Problem]]]) -> list[Problem]:
-    """Every RayJob of a manifest set that runs `raytrain run`, against its run config and its cluster."""
-    out: list[Problem] = []
-    for job in (d for d in docs if d.kind == "RayJob"):
-        spec = job.obj.get("spec") or {}
-        try:
-            run = parse_entrypoint(spec.get("entrypoint"))
-        except EntrypointError as exc:
-            out.append(job.problem("spec.entrypoint", f"is not a valid `raytrain run` command: {exc}.",
-                                   "raytrain run CONFIG [--set k=v]... --name NAME --storage /mnt/shared/runs --address auto"))
-            continue
-        if run is None:
-            continue  # not raytrain: the KubeRay rules above are all that applies
-        if run.address != "auto":
-            out.append(job.problem("spec.entrypoint", f"runs `raytrain run` with --address {run.address or 'unset'}: "
-                                   "it would train on an embedded Ray inside the head pod, not on the cluster.",
-                                   "add --address auto"))
-        if not run.name:
-            out.append(job.problem("spec.entrypoint", "runs `raytrain run` without --name, so a retried or resubmitted "
-                                   "job cannot find its checkpoints.", "add a fixed --name, e.g. --name linear-1"))
-        cluster_docs, cluster_problems = _job_cluster(job, docs, target)
-        out += cluster_problems
-        cluster = next((d for d in cluster_docs if d.kind == "RayCluster"), None)
-        if cluster is not None and not spec.get("rayClusterSpec"):
-            out += _check_submitter(job, spec, cluster, cluster_docs)
-        source, problems = resolve_run_config(job, run, docs)
-        out += problems
-        if source is None:
-            continue
-        cfg, problems = load_run_config(source, run)
-        out += problems
-        if cfg is None or cluster is None:
-            continue
-        cluster_spec = spec.get("rayClusterSpec") or cluster.obj.get("spec") or {}
-        out += _check_storage(job, run.storage or cfg.run.storage_path, cluster, cluster_spec)
-        out += _check_fit(job, source, cfg, cluster, cluster_spec)
-    return out
-
-
-def _job_cluster(job: Doc, docs: list[Doc], target: Callable) -> tuple[list[Doc], list[Problem]]:
-    spec = job.obj.get("spec") or {}
-    if isinstance(spec.get("rayClusterSpec"), dict):
-        # The embedded cluster, under the RayJob's own name for messages.
-        return [type(job)(job.source, {"kind": "RayCluster", "metadata": {"name": f"{job.name} (rayClusterSpec)"},
-                                       "spec": spec["rayClusterSpec"]})], []
-    name = _get(spec, "clusterSelector", "ray.io/cluster")
-    if not name:
-        return [], []
-    cluster_docs, problems = target(str(name))
-    if problems:
-        return [], [job.problem("spec.clusterSelector", f"its RayCluster {name} cannot be rendered from the chart: "
-                                f"{p.message}", p.fix) for p in problems]
-    matching = [d for d in cluster_docs if d.kind == "RayCluster" and d.name == name]
-    others = [d for d in cluster_docs if d.kind != "RayCluster"]
-    return matching + others, []
-
-
-def _check_submitter(job: Doc, spec: dict, cluster: Doc, cluster_docs: list[Doc]) -> list[Problem]:
-    out: list[Problem] = []
-    ray_version = _get(cluster.obj, "spec", "rayVersion")
-    template = spec.get("submitterPodTemplate") or {}
-    for i, container in enumerate(_get(template, "spec", "containers", default=[])):
-        out += check_image_version(job, f"spec.submitterPodTemplate.spec.containers[{i}].image",
-                                   container.get("image"), ray_version)
-    labels = _get(template, "metadata", "labels", default={})
-    for policy in cluster_docs:
-        if policy.kind != "NetworkPolicy" or not _selects(policy, {"ray.io/cluster": cluster.name}):
-            continue
-        if not _admits(policy, labels, DASHBOARD_PORT):
-            out.append(job.problem("spec.submitterPodTemplate.metadata.labels", f"{policy.ref} of RayCluster "
-                                   f"{cluster.name} does not admit the submitter pod to the dashboard port "
-                                   f"{DASHBOARD_PORT}: `ray job submit` would time out.", "give the submitter pod the "
-                                   "labels of the chart's networkPolicy.submitterPodLabels (raytrain.io/submitter: \"true\")"))
-    return out
-
-
-def _selects(policy: Doc, pod_labels: dict) -> bool:
-    wanted = _get(policy.obj, "spec", "podSelector", "matchLabels", default={})
-    return all(pod_labels.get(k) == v for k, v in wanted.items())
-
-
-def _admits(policy: Doc, labels: dict, port: int) -> bool:
-    if "Ingress" not in (_get(policy.obj, "spec", "policyTypes", default=["Ingress"])):
-        return True
-    for rule in _get(policy.obj, "spec", "ingress", default=[]):
-        ports = [p.get("port") for p in rule.get("ports") or []]
-        if ports and port not in ports:
-            continue
-        peers = rule.get("from")
-        if not peers:
-            return True
-        for peer in peers:
-            if "podSelector" in peer and "namespaceSelector" not in peer and "ipBlock" not in peer:
-                wanted = _get(peer, "podSelector", "matchLabels", default={})
-                if all((labels or {}).get(k) == v for k, v in wanted.items()):
-                    return True
-    return False
-
-
-def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    mounts = shared_mounts(cluster_spec)
-    where = f"RayCluster {cluster.name}"
-    if not mounts:
-        return [job.problem("spec.entrypoint", f"{where} mounts no persistent volume on every group, so checkpoints "
-                            "cannot be shared and a retried run cannot resume.", "enable the chart's sharedStorage (or "
-                            "mount one ReadWriteMany volume at the same path in the head and every worker group)")]
-    if not storage.startswith("/") or not any(storage == m or storage.startswith(m.rstrip("/") + "/") for m in mounts):
-        return [job.problem("spec.entrypoint", f"the storage path {storage} is not on the shared mount of {where} "
-                            f"({', '.join(mounts)}): each pod would keep its own checkpoints and a retry could not "
-                            "resume.", f"pass --storage {mounts[0].rstrip('/')}/runs")]
-    return []
-
-
-def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    from raytrain.launcher import LaunchError, size_workers  # the same sizing `raytrain run` does on the cluster
-
-    nodes = node_resources(cluster_spec)
-    try:
-        size_workers(cfg, nodes)
-    except LaunchError as exc:
-        message, fix = _split_fix(str(exc))
-        return [source.doc.problem(source.field if source.text is not None else "spec.entrypoint",
-                                   f"on RayCluster {cluster.name}: {message}", fix)]
-    return []

@@ -1,75 +1,37 @@
 """`raytrain validate`: check charts, values files and manifests before anything reaches a cluster.
 
-Four layers, each reported as a Problem that names the file, the object, the field and the fix:
+Paths become manifest sets (a chart rendered once per values file, a manifest file or directory as it is), and
+each object goes through four layers, each reported as a Problem (problems.py) that names the file, the object,
+the field and the fix:
 1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
-2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas (schemas.py);
-3. KubeRay's admission rules that live in the operator's code, not in the schema (utils/validation.go);
-4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount,
-   uses an image whose Ray matches rayVersion, and carries a valid run config.
+2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas, with the CRDs' defaults applied first, as the
+   API server does (crds.py);
+3. KubeRay's admission rules that live in the operator's code, not in the schema (rules.py);
+4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount and
+   carries a valid run config (raytrain_rules.py).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import jsonschema
-import kubernetes_validate
 import yaml
 
-from raytrain.kube import rules
-from raytrain.kube.render import ChartError, render_chart_templates
-from raytrain.kube.schemas import CRDError, CRD_FILES, crd_served_versions, crd_validator, repo_root
+from raytrain.kube import raytrain_rules, rules
+from raytrain.kube.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
+from raytrain.kube.problems import Doc, Problem, field_path
+from raytrain.kube.render import ChartError, default_chart_dir, render_chart_templates
 
 # Kubernetes version the core schemas are checked against (KubeRay v1.7.0 supports 1.27+; kind ships ~1.33).
 KUBE_VERSION = "1.33"
 RAY_GROUP = "ray.io"
-# KubeRay's label on every pod of a cluster, and the clusterSelector key of a RayJob.
-CLUSTER_LABEL = "ray.io/cluster"
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    file: str  # the file (or chart + values file) the object came from
-    obj: str  # Kind/name, or "" for the file as a whole
-    field: str  # dotted path inside the object, e.g. spec.workerGroupSpecs[0].replicas
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        where = ": ".join(part for part in (self.file, self.obj, self.field) if part)
-        return f"{where}: {self.message} Fix: {self.fix}"
-
-
-@dataclasses.dataclass
-class Doc:
-    """One object and where it came from; docs of one file, directory or chart render form a manifest set."""
-
-    source: str
-    obj: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        return str(self.obj.get("kind", ""))
-
-    @property
-    def name(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("name", ""))
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind or '?'}/{self.name or '?'}"
-
-    def problem(self, field: str, message: str, fix: str) -> Problem:
-        return Problem(self.source, self.ref, field, message, fix)
-
-
-def default_chart_dir() -> Path:
-    return repo_root() / "helm" / "raytrain-cluster"
+# What the API server appends to metadata.generateName: 5 random characters. The rules check the whole name.
+GENERATED_SUFFIX = "xxxxx"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -86,9 +48,13 @@ def _values_files_of(chart: Path) -> list[Path]:
 
 
 def render_set(chart: Path, values_file: Path | None, release_name: str = "raytrain") -> tuple[list[Doc], list[Problem]]:
-    """Render the chart with one values file (values.yaml = the defaults alone) into a manifest set."""
-    overlays = [values_file] if values_file is not None and values_file.name != "values.yaml" else []
-    label = f"{chart} (values: {values_file.name if values_file else 'values.yaml'})"
+    """Render the chart with one values file (the chart's own values.yaml, or None: the defaults alone) into a
+    manifest set. The values file may live anywhere."""
+    is_defaults = values_file is None or Path(values_file).resolve() == (Path(chart) / "values.yaml").resolve()
+    overlays = [] if is_defaults else [Path(values_file)]
+    shown = "values.yaml" if values_file is None else (values_file.name if is_defaults or Path(values_file).parent
+                                                        == Path(chart) else str(values_file))
+    label = f"{chart} (values: {shown})"
     try:
         rendered = render_chart_templates(chart, overlays, release_name=release_name)
     except ChartError as exc:
@@ -97,10 +63,9 @@ def render_set(chart: Path, values_file: Path | None, release_name: str = "raytr
     return [Doc(f"{label} [{template}]", obj) for template, obj in rendered], []
 
 
-def load_manifest_file(path: Path) -> tuple[list[Doc], list[Problem]]:
-    """A multi-document YAML file as Docs; documents that are not Kubernetes objects become Problems."""
+def _read_yaml_documents(path: Path) -> tuple[list, list[Problem]]:
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
+        return list(yaml.safe_load_all(path.read_text())), []
     except OSError as exc:
         return [], [Problem(str(path), "", "", f"cannot be read ({exc.strerror}).", "check the path")]
     except yaml.YAMLError as exc:
@@ -108,8 +73,12 @@ def load_manifest_file(path: Path) -> tuple[list[Doc], list[Problem]]:
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         return [], [Problem(str(path), "", "", f"is not valid YAML{at}: {getattr(exc, 'problem', exc)}.",
                             "fix the YAML syntax there")]
+
+
+def load_manifest_file(path: Path) -> tuple[list[Doc], list[Problem]]:
+    """A multi-document YAML file as Docs; documents that are not Kubernetes objects become Problems."""
+    docs, problems = _read_yaml_documents(path)
     out: list[Doc] = []
-    problems: list[Problem] = []
     for index, doc in enumerate(docs):
         if doc is None:
             continue
@@ -122,9 +91,19 @@ def load_manifest_file(path: Path) -> tuple[list[Doc], list[Problem]]:
     return out, problems
 
 
-def collect_sets(paths: Sequence[Path]) -> tuple[list[list[Doc]], list[Problem]]:
-    """Each path becomes one or more manifest sets: a chart one per values file, a values file one, a
-    manifest file or directory one (a RayJob finds its ConfigMap and cluster within its set)."""
+def _is_values_file(path: Path) -> bool:
+    """A chart values file given on its own: named *values*.yaml and holding one mapping that is not an object."""
+    if "values" not in path.name or path.suffix not in (".yaml", ".yml"):
+        return False
+    docs, problems = _read_yaml_documents(path)
+    docs = [d for d in docs if d is not None]
+    return not problems and len(docs) <= 1 and all(isinstance(d, dict) and "kind" not in d for d in docs)
+
+
+def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list[list[Doc]], list[Problem]]:
+    """Each path becomes one or more manifest sets: a chart one per values file (a chart inside a directory too), a
+    values file one (rendered with its own chart, else `chart`, else the default chart), a manifest file or the
+    other files of a directory one (a RayJob finds its ConfigMap and cluster within its set)."""
     sets: list[list[Doc]] = []
     problems: list[Problem] = []
 
@@ -137,15 +116,23 @@ def collect_sets(paths: Sequence[Path]) -> tuple[list[list[Doc]], list[Problem]]
             for values_file in _values_files_of(path):
                 add(render_set(path, values_file))
         elif path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+            charts = sorted({c.parent for c in path.rglob("Chart.yaml")}, key=lambda c: len(c.parts))
+            outermost = [c for c in charts if not any(o != c and o in c.parents for o in charts)]
+            for found in outermost:  # a chart is rendered, never parsed as YAML
+                for values_file in _values_files_of(found):
+                    add(render_set(found, values_file))
+            files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                           and not any(c in p.parents for c in outermost))
             docs: list[Doc] = []
             for file in files:
                 file_docs, file_problems = load_manifest_file(file)
                 docs.extend(file_docs)
                 problems.extend(file_problems)
             sets.append(docs)
-        elif path.is_file() and path.name.startswith("values") and _is_chart(path.parent):
+        elif path.is_file() and _is_chart(path.parent) and path.name.startswith("values"):
             add(render_set(path.parent, path))
+        elif path.is_file() and _is_values_file(path):
+            add(render_set(Path(chart) if chart else default_chart_dir(), path))
         elif path.is_file():
             add(load_manifest_file(path))
         else:
@@ -158,14 +145,7 @@ def collect_sets(paths: Sequence[Path]) -> tuple[list[list[Doc]], list[Problem]]
 # schema layers
 
 
-def field_path(parts: Iterable[Any]) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _schema_problem(doc: Doc, error: jsonschema.ValidationError) -> list[Problem]:
+def _schema_problem(doc: Doc, error) -> list[Problem]:
     path = list(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = list((error.schema.get("properties") or {}).keys())
@@ -190,6 +170,8 @@ def _schema_problem(doc: Doc, error: jsonschema.ValidationError) -> list[Problem
 
 
 def check_core_schema(doc: Doc, kube_version: str = KUBE_VERSION) -> list[Problem]:
+    import kubernetes_validate  # ~0.1 s; only core objects need it
+
     try:
         kubernetes_validate.validate(doc.obj, kube_version, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
@@ -199,7 +181,15 @@ def check_core_schema(doc: Doc, kube_version: str = KUBE_VERSION) -> list[Proble
     return []
 
 
+def with_defaults(doc: Doc, crd_dir: Path) -> Doc:
+    """The object as the API server stores it: the CRD's structural-schema defaults filled in."""
+    if doc.kind not in CRD_FILES or str(doc.obj.get("apiVersion")) != f"{RAY_GROUP}/v1":
+        return doc
+    return Doc(doc.source, apply_defaults(doc.obj, openapi_schema(str(crd_dir), doc.kind)))
+
+
 def check_ray_schema(doc: Doc, crd_dir: Path) -> list[Problem]:
+    """A RayCluster or RayJob against its CRD, after the CRD's defaults are applied (as the API server does)."""
     api_version = str(doc.obj.get("apiVersion"))
     if doc.kind not in CRD_FILES:
         return [doc.problem("kind", f"{doc.kind} is not checked by raytrain (only RayCluster and RayJob).",
@@ -211,7 +201,8 @@ def check_ray_schema(doc: Doc, crd_dir: Path) -> list[Problem]:
         return [doc.problem("apiVersion", f"{api_version} is {what} by KubeRay v1.7.0.", "use apiVersion: ray.io/v1")]
     validator = crd_validator(str(crd_dir), doc.kind)
     problems: list[Problem] = []
-    for error in sorted(validator.iter_errors(doc.obj), key=lambda e: [str(p) for p in e.absolute_path]):
+    defaulted = with_defaults(doc, crd_dir)
+    for error in sorted(validator.iter_errors(defaulted.obj), key=lambda e: [str(p) for p in e.absolute_path]):
         problems.extend(_schema_problem(doc, error))
     return problems
 
@@ -220,46 +211,70 @@ def check_ray_schema(doc: Doc, crd_dir: Path) -> list[Problem]:
 # entry point
 
 
+def _named(doc: Doc) -> tuple[Doc, list[Problem]]:
+    """The object under the name the API server gives it: metadata.name, or generateName plus 5 characters
+    (`kubectl create`; `kubectl apply` needs a name, which is worth a note)."""
+    if doc.name or not doc.generate_name:
+        return doc, []
+    obj = copy.deepcopy(doc.obj)
+    obj["metadata"]["name"] = doc.generate_name + GENERATED_SUFFIX
+    note = doc.problem("metadata.generateName", "has no metadata.name: `kubectl create -f` completes the name, "
+                       "`kubectl apply -f` refuses the object.", "use kubectl create, or set metadata.name to apply "
+                       "it", severity="note")
+    return Doc(doc.source, obj), [note]
+
+
+def _rules_of(doc: Doc, completed: Doc) -> list[Problem]:
+    """KubeRay's admission rules on the stored object; problems keep the object's own reference."""
+    return [dataclasses.replace(p, obj=doc.ref) for p in rules.check_ray_object(completed)]
+
+
 def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = None,
                   chart: Path | None = None) -> list[Problem]:
     problems: list[Problem] = []
     for docs in sets:
-        broken: list[Doc] = []  # objects whose shape is wrong: the cross-checks would misread them
+        checkable: list[Doc] = []  # objects whose shape is right: the cross-checks would misread the others
         for doc in docs:
             if doc.kind == "Cluster" and str(doc.obj.get("apiVersion", "")).startswith("kind.x-k8s.io/"):
                 continue  # a kind cluster config (manifests/kind-config.yaml), not a Kubernetes object
-            if not doc.name:
+            if not doc.name and not doc.generate_name:
                 problems.append(doc.problem("metadata.name", "is missing.", "give the object a name"))
-                broken.append(doc)
                 continue
+            named, notes = _named(doc)
+            problems.extend(notes)
             is_ray = str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP
-            schema_problems = check_ray_schema(doc, crd_dir) if is_ray else check_core_schema(doc)
-            problems.extend(schema_problems)
+            schema_problems = check_ray_schema(named, crd_dir) if is_ray else check_core_schema(named)
+            problems.extend(dataclasses.replace(p, obj=doc.ref) for p in schema_problems)
             if schema_problems:
-                broken.append(doc)
-            elif is_ray:  # the rules assume the shapes the schema guarantees
-                problems.extend(rules.check_ray_object(doc))
-        checkable = [d for d in docs if not any(d is b for b in broken)]
-        problems.extend(rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
+                continue
+            stored = with_defaults(named, crd_dir) if is_ray else named
+            if is_ray:  # the rules assume the shapes the schema guarantees
+                problems.extend(_rules_of(doc, stored))
+            checkable.append(stored)
+        problems.extend(raytrain_rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
     return problems
 
 
 def target_cluster(name: str, docs: list[Doc], values: Path | None, chart: Path | None) -> tuple[list[Doc], list[Problem]]:
     """The cluster a clusterSelector RayJob runs on: a RayCluster of that name in the same manifest set, else the
-    chart rendered as `helm install <name>` with the given values file (default: the chart's values.yaml)."""
+    chart rendered as `helm install <name>` with the given values file (default: the chart's values.yaml). The
+    chart: `chart`, else the values file's own folder when it holds a chart, else helm/raytrain-cluster."""
     if any(d.kind == "RayCluster" and d.name == name for d in docs):
         return docs, []
-    chart = Path(chart) if chart else (Path(values).parent if values else default_chart_dir())
-    return render_set(chart, Path(values) if values else None, release_name=name)
+    if chart is None:
+        chart = Path(values).parent if values and _is_chart(Path(values).parent) else default_chart_dir()
+    return render_set(Path(chart), Path(values) if values else None, release_name=name)
 
 
 def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = None,
                    chart: Path | None = None) -> list[Problem]:
     """Check charts (rendered with each of their values*.yaml), values files (rendered with their chart),
-    rendered YAML and manifest files or directories. [] means valid.
+    rendered YAML and manifest files or directories. Returns errors and notes (Problem.is_error); no errors
+    means valid.
 
     `values` picks the chart values that the target of a clusterSelector RayJob is rendered with (default: the
-    chart's values.yaml); `chart` the chart (default: the values file's directory, else helm/raytrain-cluster).
+    chart's values.yaml); `chart` the chart (default: the values file's folder if it is a chart, else
+    helm/raytrain-cluster); a values file given as a path outside any chart is rendered with that chart too.
     """
     crd_dir = Path(crd_dir)
     try:
@@ -267,5 +282,5 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
             crd_validator(str(crd_dir), kind)
     except CRDError as exc:
         return [Problem(str(crd_dir), "", "", str(exc), "download the KubeRay v1.7.0 CRDs")]
-    sets, problems = collect_sets(paths)
+    sets, problems = collect_sets(paths, chart)
     return problems + validate_sets(sets, crd_dir, values, chart)

@@ -1,0 +1,19 @@
+"""The one base class of raytrain's expected errors: a message for the user (one paragraph naming what and the fix)
+and the exit status the CLI gives it. The CLI catches this class alone, so it needs none of the modules that
+raise them (the launcher, and with it torch, stays unimported for commands that never train)."""
+
+from __future__ import annotations
+
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+
+class RaytrainError(Exception):
+    """An expected failure; str() is the whole message."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(RaytrainError):
+    """Bad input (a config, a flag, a missing file or tool): nothing ran."""
+
+    exit_code = EXIT_USAGE

@@ -1,0 +1,31 @@
+"""The options every config-taking command (`raytrain run`, `local`, `tune`) accepts, and how they become config
+overrides. One copy: the CLI declares its commands with it, and `raytrain validate` reads a RayJob's
+`raytrain run ...` entrypoint with the same declarations."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", metavar="CONFIG", help="a run-config YAML file or a preset name (raytrain presets)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key, e.g. train.lr=0.01")
+    parser.add_argument("--name", help="run name: the directory under the storage path (same name = resume)")
+    parser.add_argument("--storage", metavar="PATH", help="storage path for runs (on a cluster: the shared volume)")
+    parser.add_argument("--smoke-test", action="store_true", help="apply the config's smoke block: a seconds-long run")
+
+
+def add_address_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", help="Ray cluster to join, e.g. auto on a head pod (default: $RAY_ADDRESS, "
+                                          "else start an embedded local Ray)")
+
+
+def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Optional[str]) -> list[str]:
+    """--set KEY=VALUE..., then --name and --storage as the run.name and run.storage_path they stand for."""
+    overrides = list(sets or [])
+    if name:
+        overrides.append(f"run.name={name}")
+    if storage:
+        overrides.append(f"run.storage_path={storage}")
+    return overrides
