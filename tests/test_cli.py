@@ -3,10 +3,14 @@ These cases fail before Ray starts, so they run in the unit tier."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def raytrain(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -49,3 +53,40 @@ def test_local_linear_trains_and_writes_the_run_files(tmp_path):
     assert result["resumed_from_epoch"] is None
     assert result["metrics"]["train_loss"] <= 0.09
     assert (tmp_path / "loc" / "config.yaml").is_file()
+
+
+# A Python without the [kube] extra: a finder in front of the others refuses its modules, as an environment that
+# never installed them would (the extra's packages are installed here, so they are hidden, not removed).
+WITHOUT_KUBE_EXTRA = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class Absent(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("helm_python", "kubernetes_validate", "jsonschema"):
+            raise ModuleNotFoundError(f"No module named '{name}'", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+from raytrain.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("args", [["validate", "manifests/rayjob.yaml"], ["emulate", "manifests/rayjob.yaml"]])
+def test_without_the_kube_extra_one_paragraph_names_it(args):
+    done = subprocess.run([sys.executable, "-c", WITHOUT_KUBE_EXTRA, *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"raytrain: error: `raytrain {args[0]}` needs raytrain's Kubernetes tooling")
+    assert "pip install 'raytrain[kube]'" in done.stderr and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_crds_that_cannot_be_found_or_fetched_say_how_to_stage_them(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAYTRAIN_KUBERAY_CRDS"}
+    done = subprocess.run([sys.executable, "-m", "raytrain.cli", "validate", "manifests/rayjob.yaml", "--crds",
+                           str(tmp_path / "none")], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=REPO)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"--crds {tmp_path / 'none'} does not hold ray.io_rayclusters.yaml" in done.stderr

@@ -24,7 +24,8 @@ import yaml
 
 from tests.support import checks
 
-from raytrain.kube import localcluster
+from raytrain.kube import localcluster, processes
+from raytrain.kube.crds import CRDS_ENV, resolve_crd_dir
 from raytrain.kube.emulate import emulate
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
 KIND_VALUES = REPO / "helm" / "raytrain-cluster" / "values-kind.yaml"
-CRDS = Path(os.environ.get("RAYTRAIN_KUBERAY_CRDS") or REPO.parent / "shared" / "kuberay-crds-v1.7.0")
+CRDS = resolve_crd_dir(None, os.environ.get(CRDS_ENV))
 EPOCHS = 30  # the manifests train 60; half keeps the failure tests short and still spans 6 checkpoints
 INTERVAL = 5  # run.checkpoint_every in the manifests
 
@@ -118,7 +119,7 @@ class Emulation:
 
 def assert_torn_down(run_id: str) -> None:
     assert not (localcluster.RUN_ROOT / run_id).exists(), f"{run_id}: run directory left behind"
-    assert not localcluster.pids_mentioning(str(localcluster.RUN_ROOT / run_id)), f"{run_id}: processes left"
+    assert not processes.pids_mentioning(str(localcluster.RUN_ROOT / run_id)), f"{run_id}: processes left"
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert run_id not in netns, f"{run_id}: network namespaces left: {netns}"
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
@@ -247,7 +248,7 @@ def test_failing_entrypoint_is_app_failed_and_leftovers_of_a_killed_run_are_remo
     killed_id = first.run_id()
     first.proc.kill()  # emulate dies without teardown: its nodes (own sessions) live on
     first.proc.wait()
-    assert localcluster.pids_mentioning(str(localcluster.RUN_ROOT / killed_id)), "the killed run left nothing?"
+    assert processes.pids_mentioning(str(localcluster.RUN_ROOT / killed_id)), "the killed run left nothing?"
     code, output, seconds = Emulation(str(tiny_job(tmp_path / "fail.yaml", "python -c 'import sys; sys.exit(3)'"))).finish()
     print(f"failing entrypoint: {seconds:.0f}s")
     assert code == 1, output[-4000:]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import checks
-from raytrain.kube import localcluster
+from raytrain.kube import processes
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,7 @@ def test_a_killed_worker_resumes_from_the_newest_checkpoint(tmp_path):
             assert driver.poll() is None, driver.stdout.read()[-3000:]
             time.sleep(0.1)
         # The embedded Ray's raylet and workers are children of the driver; other Ray clusters may share the machine.
-        workers = sorted(set(localcluster.tree_pids(driver.pid)) & set(localcluster.pids_mentioning("RayTrainWorker")))
+        workers = sorted(set(processes.tree_pids(driver.pid)) & set(processes.pids_mentioning("RayTrainWorker")))
         assert workers, "no Ray Train worker process found under the driver"
         epoch_before = max(checks.metrics_epochs(run_dir))
         newest_before = max(e for e in checks.checkpoint_epochs(run_dir) if e < epoch_before)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.kube import localcluster
+from raytrain.kube import dashboard, processes, raynode, shape
 
 pytestmark = pytest.mark.integration
 
@@ -35,18 +35,18 @@ TIMEOUT_S = 300
 def cluster():
     """A single-node Ray cluster with a small object store; only its own processes are stopped afterwards."""
     temp_dir = f"/tmp/rtw{secrets.token_hex(3)}"
-    ports = localcluster.Ports.pick()
-    head = localcluster.NodeSpec(name="head", group="head", head=True, num_cpus=2,
+    ports = raynode.Ports.pick()
+    head = shape.NodeSpec(name="head", group="head", head=True, num_cpus=2,
                                  params={"object-store-memory": str(OBJECT_STORE_BYTES)})
-    cmd = localcluster.ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
+    cmd = raynode.ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
                                          head_address=None, dashboard_host="127.0.0.1")
     log = open(f"{temp_dir}.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        localcluster.wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
+        dashboard.wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
         yield f"127.0.0.1:{ports.gcs}"
     finally:
-        localcluster.kill_pids(localcluster.tree_pids(proc.pid) + localcluster.pids_mentioning(temp_dir))
+        processes.kill_pids(processes.tree_pids(proc.pid) + processes.pids_mentioning(temp_dir))
         log.close()
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from raytrain.kube.render import render_chart
-from raytrain.kube.schemas import default_crd_dir
+from raytrain.kube.crds import CRDS_ENV, CRDError, resolve_crd_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "kind-e2e"
@@ -33,10 +33,10 @@ STEPS = ["Preflight", "Validate offline", "kind cluster", "KubeRay operator v1.7
 
 
 def crd_dir() -> Path:
-    path = Path(os.environ.get("RAYTRAIN_KUBERAY_CRDS") or default_crd_dir())
-    if not (path / "ray.io_rayjobs.yaml").is_file():
-        pytest.fail(f"KubeRay v1.7.0 CRDs not found in {path}: set RAYTRAIN_KUBERAY_CRDS or put them in {default_crd_dir()}")
-    return path
+    try:
+        return resolve_crd_dir(None, os.environ.get(CRDS_ENV))
+    except CRDError as exc:
+        pytest.fail(str(exc))
 
 
 def script(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:

@@ -124,10 +124,13 @@ def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[Run
     return RunConfigSource(cm, f"data.{key}", str(text), ref), []
 
 
-def load_run_config(source: RunConfigSource, run: RaytrainRun) -> tuple[Any, list[Problem]]:
-    """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's --set overrides."""
+def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None = None) -> tuple[Any, list[Problem]]:
+    """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's overrides, built as
+    `raytrain run` builds them (--set, --name, --storage). A key the entrypoint overrides is blamed on the
+    entrypoint, any other on the run config."""
     from raytrain.config import ConfigError, load_config
 
+    overrides = config_overrides(run.overrides, run.name, run.storage)
     with tempfile.TemporaryDirectory(prefix="raytrain-validate-") as tmp:
         ref = source.ref
         if source.text is not None:
@@ -135,10 +138,16 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun) -> tuple[Any, lis
             path.write_text(source.text)
             ref = str(path)
         try:
-            overrides = config_overrides(run.overrides, run.name, run.storage)  # as `raytrain run` builds them
             return load_config(ref, overrides, smoke=run.smoke_test), []
         except ConfigError as exc:
-            message, fix = split_fix(str(exc).replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
+            text = str(exc)
+            overridden = [o.partition("=")[0] for o in overrides if f": {o.partition('=')[0]}: " in text]
+            if overridden and job is not None:
+                message, fix = split_fix(text.replace(f"{ref}: ", "", 1))
+                option = {"run.name": "--name", "run.storage_path": "--storage"}.get(overridden[0], "--set")
+                return None, [job.problem("spec.entrypoint", f"`raytrain run ... {option}` would be refused: "
+                                          f"{message}", fix)]
+            message, fix = split_fix(text.replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
             return None, [source.doc.problem(source.field, message, fix)]
 
 
@@ -175,7 +184,7 @@ def cross_check(docs: list[Doc], target: Callable[[str], tuple[list[Doc], list[P
         out += problems
         if source is None:
             continue
-        cfg, problems = load_run_config(source, run)
+        cfg, problems = load_run_config(source, run, job)
         out += problems
         if cfg is None or cluster is None:
             continue
