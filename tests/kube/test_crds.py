@@ -102,8 +102,23 @@ def test_offline_without_the_crds_says_how_to_stage_them(tmp_path):
     with pytest.raises(CRDError) as caught:
         resolve_crd_dir(None, None, env=env, base_url=UNREACHABLE)
     message = str(caught.value)
+    assert not cache_dir(env).exists()  # nothing half-made is left
     assert "\n" not in message and "downloading" in message and str(cache_dir(env)) in message
     assert "--crds DIR" in message and "RAYTRAIN_KUBERAY_CRDS" in message and "raw.githubusercontent.com" in message
+
+
+def test_parsed_crds_are_cached_by_content(tmp_path, crd_dir, monkeypatch):
+    from raytrain.kube import crds
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    staged = stage(tmp_path / "crds", crd_dir)
+    crds._load_crd.cache_clear()
+    first = crds._load_crd(str(staged / "ray.io_rayjobs.yaml"))
+    [parsed] = (tmp_path / "cache" / "raytrain" / "parsed-crds").iterdir()
+    assert parsed.name == CRD_SHA256["ray.io_rayjobs.yaml"] + ".json"
+    crds._load_crd.cache_clear()
+    assert crds._load_crd(str(staged / "ray.io_rayjobs.yaml")) == first  # read back from the JSON
+    crds._load_crd.cache_clear()
 
 
 def test_defaults_are_applied_as_the_api_server_does(crd_dir):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import json
 import os
 import tempfile
 import urllib.error
@@ -65,7 +66,6 @@ def _staging_help(cache: Path, cause: str) -> str:
 
 def download_crds(dest: Path, base_url: str = RELEASE_URL, timeout: float = 30.0) -> Path:
     """Fetch the pinned CRD files into dest, each checked against CRD_SHA256 before it is put in place."""
-    dest.mkdir(parents=True, exist_ok=True)
     for name, digest in CRD_SHA256.items():
         url = f"{base_url.rstrip('/')}/{name}"
         try:
@@ -79,6 +79,7 @@ def download_crds(dest: Path, base_url: str = RELEASE_URL, timeout: float = 30.0
             raise CRDError(f"{url} is not KubeRay's {KUBERAY_VERSION} {name}: its sha256 is {got}, expected {digest}. "
                            f"Nothing was written to {dest}. Fix: check for a proxy that rewrites downloads, or stage "
                            f"the files by hand from {RELEASE_URL}/ (--crds DIR)")
+        dest.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=dest, prefix=f".{name}.", delete=False) as tmp:
             tmp.write(body)
         os.replace(tmp.name, dest / name)
@@ -156,12 +157,27 @@ def apply_defaults(obj: Any, schema: Mapping[str, Any]) -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _load_crd(path: str) -> dict[str, Any]:
+    """The CRD as data. Parsing its 1-2 MB of YAML takes ~0.4 s even with the C loader, so the parsed form is kept
+    as JSON in the user cache, named by the file's sha256 (any directory's CRDs, never a stale copy)."""
     try:
-        # The CRDs are 1-2 MB: the C loader keeps this well under a second, and lru_cache makes it once.
-        return yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        body = Path(path).read_bytes()
     except OSError as exc:
         raise CRDError(f"cannot read KubeRay CRD {path}: {exc.strerror}. "
                        + _staging_help(Path(path).parent, "this one is unreadable")) from exc
+    parsed = cache_dir().parent / "parsed-crds" / f"{hashlib.sha256(body).hexdigest()}.json"
+    try:
+        return json.loads(parsed.read_text())
+    except (OSError, ValueError):
+        pass
+    crd = yaml.load(body, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    try:
+        parsed.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=parsed.parent, prefix=".crd.", delete=False) as tmp:
+            json.dump(crd, tmp)
+        os.replace(tmp.name, parsed)
+    except OSError:
+        pass  # a read-only home: parse the YAML each time
+    return crd
 
 
 def crd_served_versions(crd_dir: str, kind: str) -> list[str]:
