@@ -1,2 +1,3 @@
-"""Kubernetes-side tooling: render the Helm chart (helm-python-sdk), validate charts and manifests
-against the Kubernetes and KubeRay schemas plus raytrain's own rules (`raytrain validate`)."""
+"""The Kubernetes half: render the Helm chart, validate charts and manifests (`raytrain validate`), run a RayJob
+as KubeRay would on local Ray clusters (`raytrain emulate`), and Ray on plain machines (`raytrain cluster`).
+The rooms and their order are in docs/architecture.md."""
