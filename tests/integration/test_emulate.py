@@ -237,8 +237,7 @@ def test_token_auth_refuses_a_submission_without_the_token_and_keep_then_stop(tm
     allowed = subprocess.run([ray, "job", "list", "--address", url], capture_output=True, text=True, timeout=120,
                              env={**bare, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_path"]})
     assert allowed.returncode == 0 and "tiny-" in allowed.stdout, allowed.stdout + allowed.stderr
-    stop = subprocess.run([str(REPO / "scripts" / "ray-cluster"), "stop", run_id], capture_output=True, text=True,
-                          timeout=120)
+    stop = subprocess.run([RAYTRAIN, "cluster", "stop", run_id], capture_output=True, text=True, timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert_torn_down(run_id)
 

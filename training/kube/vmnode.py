@@ -35,6 +35,12 @@ def start_vm_node(*, head_address: str | None, temp_dir: Path, node_ip: str, num
         if process_start(old["pid"]) == old.get("started"):
             raise ClusterError(f"a Ray node started from {temp_dir} is running (pid {old['pid']}); stop it first: "
                                f"raytrain cluster stop {temp_dir}")
+    # Ray puts its sockets under TEMP_DIR/ray/session_<date>_<time>_<pid>/sockets/, and a socket path has at most
+    # 107 bytes: refuse a directory that leaves too little room, before Ray fails on it.
+    longest = len(str(temp_dir / "ray" / "session_2026-01-01_00-00-00_000000_4194304" / "sockets" / "plasma_store"))
+    if longest > 107:
+        raise ClusterError(f"--temp-dir {temp_dir} is too long: Ray's socket paths under it would exceed 107 "
+                           f"bytes (by {longest - 107}). Fix: use a shorter directory, e.g. /tmp/raytrain-node")
     temp_dir.mkdir(parents=True, exist_ok=True)
     token = None
     if auth:
@@ -64,19 +70,33 @@ def start_vm_node(*, head_address: str | None, temp_dir: Path, node_ip: str, num
               "head": head_address is None, "gcs_address": head_address or f"{node_ip}:{ports.gcs}"}
     if head_address is None:
         record["dashboard_url"] = f"http://{node_ip}:{ports.dashboard}"
-        try:
-            wait_dashboard(record["dashboard_url"], token, timeout)
-        except ClusterError:
-            kill_pids(tree_pids(proc.pid) + pids_mentioning(str(temp_dir)))
-            raise ClusterError(f"the head did not come up within {timeout:.0f}s; see {log}") from None
+        deadline = time.monotonic() + timeout
+        while True:  # until the dashboard answers, the head's `ray start` exits, or the time is up
+            try:
+                wait_dashboard(record["dashboard_url"], token, 2)
+                break
+            except ClusterError:
+                if proc.poll() is None and time.monotonic() < deadline:
+                    continue
+                kill_pids(tree_pids(proc.pid) + pids_mentioning(str(temp_dir)))
+                why = "exited" if proc.poll() is not None else f"did not come up within {timeout:.0f}s"
+                raise ClusterError(f"the head {why}: {_last_line(log)} (see {log})") from None
     else:
         deadline = time.monotonic() + timeout
         while not (temp_dir / "ray" / "session_latest").exists() or proc.poll() is not None:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"the worker did not join {head_address}; see {log}")
+                raise ClusterError(f"the worker did not join {head_address}: {_last_line(log)} (see {log})")
             time.sleep(0.5)
     (temp_dir / NODE_FILE).write_text(json.dumps(record, indent=1))
     return record
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1].strip() if lines else "no output"
 
 
 def stop_vm_node(temp_dir: Path) -> bool:
