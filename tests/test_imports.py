@@ -104,6 +104,7 @@ def modules_loaded_by(*argv: str) -> set[str]:
     ["--help"], ["presets"], ["validate", "--help"],
     ["validate", "helm/raytrain-cluster/values-kind.yaml"],
     ["validate", "tests/kube/data/kuberay-v1.7.0-ray-cluster.uv.yaml"],
+    ["emulate", "no-such-rayjob.yaml"], ["cluster", "stop", "/nonexistent/raytrain-node"],
 ])
 def test_commands_that_never_train_never_import_torch(argv):
     loaded = modules_loaded_by(*argv)
