@@ -154,11 +154,21 @@ def _crd_dir(args: argparse.Namespace) -> Path:
     return Path(args.crds or os.environ.get("RAYTRAIN_KUBERAY_CRDS") or default_crd_dir())
 
 
+def _feature_gates(flag: str):
+    """--feature-gates as the KubeRay operator reads it; a bad one is a usage error naming the flag."""
+    from raytrain.kube.kuberay_rules import FeatureGateError, FeatureGates
+
+    try:
+        return FeatureGates.parse(flag)
+    except FeatureGateError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from raytrain.kube.validate import validate_paths
 
     problems = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
-                              values=Path(args.values) if args.values else None)
+                              values=Path(args.values) if args.values else None, gates=args.feature_gates)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:
@@ -237,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--values", metavar="VALUES.yaml",
                           help="chart values a clusterSelector RayJob's target cluster is rendered with "
                                "(default: the chart's values.yaml)")
+    validate.add_argument("--feature-gates", metavar="GATE=BOOL,...", type=_feature_gates,
+                          help="the KubeRay operator's --feature-gates, e.g. RayClusterNetworkPolicy=true "
+                               "(default: KubeRay v1.7.0's defaults)")
     validate.set_defaults(func=cmd_validate)
 
     emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")

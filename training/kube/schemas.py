@@ -37,7 +37,7 @@ def _to_jsonschema(node: Any) -> Any:
     - nullable: null allowed too.
     - objects with properties and no additionalProperties reject unknown fields (kubectl's default
       strict field validation does), unless x-kubernetes-preserve-unknown-fields.
-    - x-kubernetes-validations (CEL) are left to validate.py's rules.
+    - x-kubernetes-validations (CEL) are left to kuberay_rules.check_cel.
     """
     if isinstance(node, list):
         return [_to_jsonschema(item) for item in node]
@@ -88,3 +88,12 @@ def crd_validator(crd_dir: str, kind: str, api_version: str = "ray.io/v1") -> js
 def crd_served_versions(crd_dir: str, kind: str) -> list[str]:
     crd = _load_crd(str(Path(crd_dir) / CRD_FILES[kind]))
     return [v["name"] for v in crd["spec"]["versions"] if v.get("served")]
+
+
+def crd_openapi_schema(crd_dir: str, kind: str, version: str = "v1") -> dict[str, Any]:
+    """The CRD's openAPIV3Schema for a version, as written (with its x-kubernetes-validations CEL rules)."""
+    crd = _load_crd(str(Path(crd_dir) / CRD_FILES[kind]))
+    for served in crd["spec"]["versions"]:
+        if served["name"] == version:
+            return served["schema"]["openAPIV3Schema"]
+    raise CRDError(f"{crd_dir}/{CRD_FILES[kind]} serves no version {version!r} of {kind}")

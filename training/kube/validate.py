@@ -2,8 +2,9 @@
 
 Four layers, each reported as a Problem that names the file, the object, the field and the fix:
 1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
-2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas (schemas.py);
-3. KubeRay's admission rules that live in the operator's code, not in the schema (utils/validation.go);
+2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas (schemas.py) and their CEL rules;
+3. KubeRay's admission rules that live in the webhook and the operator's code, under the operator's feature
+   gates (kuberay_rules.py; RayService and RayCronJob are not checked);
 4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount,
    uses an image whose Ray matches rayVersion, and carries a valid run config.
 """
@@ -22,6 +23,7 @@ import kubernetes_validate
 import yaml
 
 from raytrain.kube import rules
+from raytrain.kube.kuberay_rules import FeatureGates, check_cel, check_kuberay
 from raytrain.kube.render import ChartError, render_chart_templates
 from raytrain.kube.schemas import CRDError, CRD_FILES, crd_served_versions, crd_validator, repo_root
 
@@ -221,7 +223,8 @@ def check_ray_schema(doc: Doc, crd_dir: Path) -> list[Problem]:
 
 
 def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = None,
-                  chart: Path | None = None) -> list[Problem]:
+                  chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
+    gates = gates or FeatureGates()
     problems: list[Problem] = []
     for docs in sets:
         broken: list[Doc] = []  # objects whose shape is wrong: the cross-checks would misread them
@@ -234,11 +237,14 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
                 continue
             is_ray = str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP
             schema_problems = check_ray_schema(doc, crd_dir) if is_ray else check_core_schema(doc)
+            if is_ray and not schema_problems:  # the API server evaluates the CRD's CEL rules on a valid shape
+                schema_problems = check_cel(doc, crd_dir)
             problems.extend(schema_problems)
             if schema_problems:
                 broken.append(doc)
-            elif is_ray:  # the rules assume the shapes the schema guarantees
-                problems.extend(rules.check_ray_object(doc))
+            elif is_ray:  # the rules assume the shapes the schema guarantees; the operator never sees a refused one
+                problems.extend(check_kuberay(doc, gates))
+                problems.extend(rules.check_ray_images(doc))
         checkable = [d for d in docs if not any(d is b for b in broken)]
         problems.extend(rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
     return problems
@@ -254,12 +260,13 @@ def target_cluster(name: str, docs: list[Doc], values: Path | None, chart: Path 
 
 
 def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = None,
-                   chart: Path | None = None) -> list[Problem]:
+                   chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
     """Check charts (rendered with each of their values*.yaml), values files (rendered with their chart),
     rendered YAML and manifest files or directories. [] means valid.
 
     `values` picks the chart values that the target of a clusterSelector RayJob is rendered with (default: the
-    chart's values.yaml); `chart` the chart (default: the values file's directory, else helm/raytrain-cluster).
+    chart's values.yaml); `chart` the chart (default: the values file's directory, else helm/raytrain-cluster);
+    `gates` the KubeRay operator's feature gates (default: v1.7.0's defaults).
     """
     crd_dir = Path(crd_dir)
     try:
@@ -268,4 +275,4 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
     except CRDError as exc:
         return [Problem(str(crd_dir), "", "", str(exc), "download the KubeRay v1.7.0 CRDs")]
     sets, problems = collect_sets(paths)
-    return problems + validate_sets(sets, crd_dir, values, chart)
+    return problems + validate_sets(sets, crd_dir, values, chart, gates)
