@@ -385,7 +385,7 @@ def check_worker_min_not_above_max(doc, spec, prefix, annotations, gates):
     out = []
     for path, name, group in _workers(spec, prefix):
         low, high = group.get("minReplicas"), group.get("maxReplicas")
-        if isinstance(low, int) and isinstance(high, int) and low > high:
+        if isinstance(low, int) and isinstance(high, int) and 0 <= high < low:  # a negative one: said above
             out.append(doc.problem(f"{path}.minReplicas", f"is {low}, above maxReplicas {high} in worker group "
                                    f"{name}.", f"lower minReplicas to {high} or raise maxReplicas to {low}"))
     return out
