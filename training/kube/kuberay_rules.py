@@ -50,7 +50,8 @@ DEFAULT_FEATURE_GATES: dict[str, bool] = {
     "RayClusterHistoryServer": False,
     "KubernetesWAS": False,
 }
-_BETA_GATES = {name for name, on in DEFAULT_FEATURE_GATES.items() if on}
+# The Beta ones (AllBeta sets them); the rest are Alpha (AllAlpha).
+_BETA_GATES = {"RayClusterStatusConditions", "RayJobDeletionPolicy", "RayMultiHostIndexing", "RayServiceIncrementalUpgrade"}
 # strconv.ParseBool, which k8s.io/component-base's featureGate.Set uses for each value.
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
              "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -466,27 +467,45 @@ def check_ft_options_conflicts(doc, spec, prefix, annotations, gates):
     return out
 
 
-def check_ft_backend(doc, spec, prefix, annotations, gates):
-    # validateGcsFaultToleranceBackend
+def _rocksdb(spec: dict) -> dict | None:
+    """gcsFaultToleranceOptions when its backend is rocksdb (utils.IsGCSFaultToleranceEmbedded)."""
     options = spec.get("gcsFaultToleranceOptions")
-    if options is None:
-        return []
-    field = f"{prefix}.gcsFaultToleranceOptions"
-    storage = options.get("storage")
-    if options.get("backend", "redis") in ("", "redis"):
-        if storage is not None:
-            return [doc.problem(f"{field}.storage", "applies only to the rocksdb backend.",
-                                "remove storage, or set backend: rocksdb")]
+    return options if options is not None and options.get("backend") == "rocksdb" else None
+
+
+def check_rocksdb_gate(doc, spec, prefix, annotations, gates):
+    # validateGcsFaultToleranceBackend: rocksdb needs the GCSFaultToleranceEmbeddedStorage gate
+    if _rocksdb(spec) is not None and not gates.enabled("GCSFaultToleranceEmbeddedStorage"):
+        return [_gate_off(doc, f"{prefix}.gcsFaultToleranceOptions.backend", "GCSFaultToleranceEmbeddedStorage",
+                          "backend: rocksdb")]
+    return []
+
+
+def check_rocksdb_no_redis_fields(doc, spec, prefix, annotations, gates):
+    # validateGcsFaultToleranceBackend: rocksdb takes no redisAddress/redisUsername/redisPassword/externalStorageNamespace
+    options = _rocksdb(spec) or {}
+    return [doc.problem(f"{prefix}.gcsFaultToleranceOptions.{key}", "cannot be set when backend is rocksdb.",
+                        f"remove {key}")
+            for key in ("redisAddress", "redisUsername", "redisPassword", "externalStorageNamespace")
+            if options.get(key) not in (None, "")]
+
+
+def check_rocksdb_claim_alone(doc, spec, prefix, annotations, gates):
+    # validateGcsFaultToleranceBackend: storage.claimName excludes size, storageClassName and accessModes
+    storage = (_rocksdb(spec) or {}).get("storage") or {}
+    if storage.get("claimName") and (storage.get("size") is not None or storage.get("accessModes")
+                                     or storage.get("storageClassName") is not None):
+        return [doc.problem(f"{prefix}.gcsFaultToleranceOptions.storage.claimName", "cannot be combined with size, "
+                            "storageClassName or accessModes (an existing claim has them already).",
+                            "keep claimName alone, or drop it")]
+    return []
+
+
+def check_rocksdb_managed_head(doc, spec, prefix, annotations, gates):
+    # validateGcsFaultToleranceBackend: RAY_gcs_storage(_path), the gcs-storage mount and volume are KubeRay's
+    if _rocksdb(spec) is None:
         return []
     out = []
-    if not gates.enabled("GCSFaultToleranceEmbeddedStorage"):
-        out.append(_gate_off(doc, f"{field}.backend", "GCSFaultToleranceEmbeddedStorage", "backend: rocksdb"))
-    for key in ("redisAddress", "redisUsername", "redisPassword", "externalStorageNamespace"):
-        if options.get(key) not in (None, ""):
-            out.append(doc.problem(f"{field}.{key}", "cannot be set when backend is rocksdb.", f"remove {key}"))
-    if storage and storage.get("claimName") and any(storage.get(k) for k in ("size", "storageClassName", "accessModes")):
-        out.append(doc.problem(f"{field}.storage.claimName", "cannot be combined with size, storageClassName or "
-                               "accessModes (an existing claim has them already).", "keep claimName alone, or drop it"))
     head = _head(spec)
     for var in ("RAY_gcs_storage", "RAY_gcs_storage_path"):
         if var in _env(head.get("env")):
@@ -502,6 +521,16 @@ def check_ft_backend(doc, spec, prefix, annotations, gates):
             out.append(doc.problem(f"{prefix}.headGroupSpec.template.spec.volumes[{i}]", "the volume gcs-storage is "
                                    "managed by KubeRay with the rocksdb backend.", "remove this volume"))
     return out
+
+
+def check_redis_backend_no_storage(doc, spec, prefix, annotations, gates):
+    # validateGcsFaultToleranceBackend: storage applies only to rocksdb (utils.GetGcsFaultToleranceBackend: redis
+    # when unset)
+    options = spec.get("gcsFaultToleranceOptions")
+    if options is not None and (options.get("backend") or "redis") == "redis" and options.get("storage") is not None:
+        return [doc.problem(f"{prefix}.gcsFaultToleranceOptions.storage", "applies only to the rocksdb backend.",
+                            "remove storage, or set backend: rocksdb")]
+    return []
 
 
 def check_redis_username(doc, spec, prefix, annotations, gates):
@@ -585,25 +614,29 @@ COLLECTOR_MANAGED_ENV = ("POD_IP", "FQ_RAY_IP", "RAY_CLUSTER_NAME", "RAY_CLUSTER
                          "OWNER_KIND", "OWNER_NAME", "EVENTS_PORT")
 
 
-def check_history_server(doc, spec, prefix, annotations, gates):
-    # ValidateRayClusterSpec: historyServerOptions needs the RayClusterHistoryServer gate and collectorOptions;
-    # no container of its name in the pods
-    options = spec.get("historyServerOptions")
-    if options is None:
+def check_history_server_gate(doc, spec, prefix, annotations, gates):
+    # ValidateRayClusterSpec: historyServerOptions needs the RayClusterHistoryServer gate
+    if spec.get("historyServerOptions") is not None and not gates.enabled("RayClusterHistoryServer"):
+        return [_gate_off(doc, f"{prefix}.historyServerOptions", "RayClusterHistoryServer", "historyServerOptions")]
+    return []
+
+
+def check_history_server_collector_set(doc, spec, prefix, annotations, gates):
+    # ValidateRayClusterSpec: historyServerOptions.collectorOptions must be set
+    if spec.get("historyServerOptions") is not None and spec["historyServerOptions"].get("collectorOptions") is None:
+        return [doc.problem(f"{prefix}.historyServerOptions.collectorOptions", "is required with historyServerOptions.",
+                            "set collectorOptions (image and env with STORAGE_BACKEND)")]
+    return []
+
+
+def check_history_server_container_name(doc, spec, prefix, annotations, gates):
+    # ValidateRayClusterSpec: no pod container named like the collector KubeRay adds
+    if spec.get("historyServerOptions") is None:
         return []
-    field = f"{prefix}.historyServerOptions"
-    out = []
-    if not gates.enabled("RayClusterHistoryServer"):
-        out.append(_gate_off(doc, field, "RayClusterHistoryServer", "historyServerOptions"))
-    if options.get("collectorOptions") is None:
-        out.append(doc.problem(f"{field}.collectorOptions", "is required with historyServerOptions.",
-                               "set collectorOptions (image and env with STORAGE_BACKEND)"))
-    for path, name, group in groups(spec, prefix):
-        for i, container in enumerate(_containers(group)):
-            if container.get("name") == COLLECTOR_CONTAINER:
-                out.append(doc.problem(f"{path}.template.spec.containers[{i}].name", f"'{COLLECTOR_CONTAINER}' is the "
-                                       "history server collector KubeRay adds.", "rename the container"))
-    return out
+    return [doc.problem(f"{path}.template.spec.containers[{i}].name", f"'{COLLECTOR_CONTAINER}' is the history "
+                        "server collector KubeRay adds.", "rename the container")
+            for path, name, group in groups(spec, prefix) for i, container in enumerate(_containers(group))
+            if container.get("name") == COLLECTOR_CONTAINER]
 
 
 def check_collector_options(doc, spec, prefix, annotations, gates):
@@ -655,21 +688,32 @@ def check_auth_token_ray_version(doc, spec, prefix, annotations, gates):
     return _version_floor(doc, spec, prefix, "authOptions.mode: token", "2.52.0")
 
 
-def check_k8s_token_auth(doc, spec, prefix, annotations, gates):
-    # ValidateRayClusterSpec (utils.IsK8sAuthEnabled): enableK8sTokenAuth needs mode token, Ray 2.55.0, no secretName
+def check_k8s_token_auth_needs_token_mode(doc, spec, prefix, annotations, gates):
+    # ValidateRayClusterSpec: enableK8sTokenAuth needs authOptions.mode token
     auth = spec.get("authOptions") or {}
-    if not auth.get("enableK8sTokenAuth"):
+    if auth.get("enableK8sTokenAuth") and auth.get("mode") != "token":
+        return [doc.problem(f"{prefix}.authOptions.enableK8sTokenAuth", "is true but authOptions.mode is not token.",
+                            "set authOptions.mode: token")]
+    return []
+
+
+def check_k8s_token_auth_ray_version(doc, spec, prefix, annotations, gates):
+    # ValidateRayClusterSpec (utils.IsK8sAuthEnabled): enableK8sTokenAuth needs Ray 2.55.0 or later
+    auth = spec.get("authOptions") or {}
+    if not (auth.get("enableK8sTokenAuth") and auth.get("mode") == "token"):
         return []
-    field = f"{prefix}.authOptions.enableK8sTokenAuth"
-    if auth.get("mode") != "token":
-        return [doc.problem(field, "is true but authOptions.mode is not token.", "set authOptions.mode: token")]
-    out = []
-    if parse_generic_version(spec.get("rayVersion") or "") is not None:  # else the token-mode floor says it
-        out += _version_floor(doc, spec, prefix, "authOptions.enableK8sTokenAuth", "2.55.0")
-    if auth.get("secretName"):
-        out.append(doc.problem(f"{prefix}.authOptions.secretName", "cannot be set with enableK8sTokenAuth.",
-                               "remove secretName, or set enableK8sTokenAuth: false"))
-    return out
+    if _version_floor(doc, spec, prefix, "authOptions.mode: token", "2.52.0"):
+        return []  # check_auth_token_ray_version says it
+    return _version_floor(doc, spec, prefix, "authOptions.enableK8sTokenAuth", "2.55.0")
+
+
+def check_k8s_token_auth_no_secret(doc, spec, prefix, annotations, gates):
+    # ValidateRayClusterSpec: enableK8sTokenAuth and authOptions.secretName exclude each other
+    auth = spec.get("authOptions") or {}
+    if auth.get("enableK8sTokenAuth") and auth.get("mode") == "token" and auth.get("secretName"):
+        return [doc.problem(f"{prefix}.authOptions.secretName", "cannot be set with enableK8sTokenAuth.",
+                            "remove secretName, or set enableK8sTokenAuth: false")]
+    return []
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -751,12 +795,15 @@ CLUSTER_CHECKS: list[Callable[..., list[Problem]]] = [
     check_worker_containers, check_group_resources, check_group_labels_not_in_ray_start_params,
     check_group_label_syntax, check_worker_replica_bounds_set, check_worker_replicas_not_negative,
     check_worker_min_not_above_max, check_worker_idle_timeout, check_worker_priority,
-    check_ft_annotation_with_options, check_redis_address_without_ft, check_ft_options_conflicts, check_ft_backend,
-    check_redis_username, check_worker_suspend_gate, check_v2_env_without_autoscaling,
-    check_worker_suspend_with_autoscaling, check_autoscaler_version_and_env, check_autoscaler_v2_restart_policy,
-    check_autoscaler_idle_timeout, check_autoscaler_env_start_cmd, check_history_server, check_collector_options,
-    check_auth_token_ray_version, check_k8s_token_auth, check_network_policy_gate, check_network_policy,
-    check_tls_gate, check_tls_managed,
+    check_ft_annotation_with_options, check_redis_address_without_ft, check_ft_options_conflicts,
+    check_rocksdb_gate, check_rocksdb_no_redis_fields, check_rocksdb_claim_alone, check_rocksdb_managed_head,
+    check_redis_backend_no_storage, check_redis_username, check_worker_suspend_gate,
+    check_v2_env_without_autoscaling, check_worker_suspend_with_autoscaling, check_autoscaler_version_and_env,
+    check_autoscaler_v2_restart_policy, check_autoscaler_idle_timeout, check_autoscaler_env_start_cmd,
+    check_history_server_gate, check_history_server_collector_set, check_history_server_container_name,
+    check_collector_options, check_auth_token_ray_version, check_k8s_token_auth_needs_token_mode,
+    check_k8s_token_auth_ray_version, check_k8s_token_auth_no_secret, check_network_policy_gate,
+    check_network_policy, check_tls_gate, check_tls_managed,
 ]
 
 
@@ -787,36 +834,51 @@ def check_job_suspend_needs_shutdown(doc, spec, gates):
     return []
 
 
-def check_job_ttl(doc, spec, gates):
-    # ValidateRayJobSpec (TTL non-negative) and validateDeletionConfiguration (TTL needs shutdown)
-    ttl = spec.get("ttlSecondsAfterFinished") or 0
-    if ttl < 0:
+def check_job_ttl_not_negative(doc, spec, gates):
+    # ValidateRayJobSpec: TTLSecondsAfterFinished must be a non-negative integer
+    if (spec.get("ttlSecondsAfterFinished") or 0) < 0:
         return [doc.problem("spec.ttlSecondsAfterFinished", "must not be negative.", "use 0 or more")]
-    if ttl > 0 and not _shutdown(spec):
+    return []
+
+
+def check_job_ttl_needs_shutdown(doc, spec, gates):
+    # validateDeletionConfiguration: TTLSecondsAfterFinished only with shutdownAfterJobFinishes
+    if (spec.get("ttlSecondsAfterFinished") or 0) > 0 and not _shutdown(spec):
         return [doc.problem("spec.ttlSecondsAfterFinished", "has no effect without shutdownAfterJobFinishes "
                             "(KubeRay rejects it).", "set shutdownAfterJobFinishes: true or remove the TTL")]
     return []
 
 
-def check_deletion_strategy(doc, spec, gates):
-    # validateDeletionConfiguration: gate, rules vs shutdown, rules vs legacy, one of the two
+def check_deletion_strategy_gate(doc, spec, gates):
+    # validateDeletionConfiguration: deletionStrategy needs the RayJobDeletionPolicy gate
+    if spec.get("deletionStrategy") is not None and not gates.enabled("RayJobDeletionPolicy"):
+        return [_gate_off(doc, "spec.deletionStrategy", "RayJobDeletionPolicy", "deletionStrategy")]
+    return []
+
+
+def check_deletion_rules_without_shutdown(doc, spec, gates):
+    # validateDeletionConfiguration: deletionRules and shutdownAfterJobFinishes exclude each other
+    if dig(spec, "deletionStrategy", "deletionRules") and _shutdown(spec):
+        return [doc.problem("spec.deletionStrategy.deletionRules", "cannot be combined with shutdownAfterJobFinishes: "
+                            "true.", "set shutdownAfterJobFinishes: false (the rules decide what is deleted, and when)")]
+    return []
+
+
+def check_deletion_strategy_one_kind(doc, spec, gates):
+    # validateDeletionConfiguration: legacy policies or deletionRules, not both, not neither (the CRD's CEL rules say
+    # so first)
     strategy = spec.get("deletionStrategy")
     if strategy is None:
         return []
-    field = "spec.deletionStrategy"
-    out = []
-    if not gates.enabled("RayJobDeletionPolicy"):
-        out.append(_gate_off(doc, field, "RayJobDeletionPolicy", "deletionStrategy"))
     legacy = strategy.get("onSuccess") is not None or strategy.get("onFailure") is not None
     rules = bool(strategy.get("deletionRules"))
-    if rules and _shutdown(spec):
-        out.append(doc.problem(f"{field}.deletionRules", "cannot be combined with shutdownAfterJobFinishes: true.",
-                               "set shutdownAfterJobFinishes: false (the rules decide what is deleted, and when)"))
-    if rules and legacy:  # the CRD's CEL rule says so first
-        out.append(doc.problem(field, "mixes onSuccess/onFailure with deletionRules.", "keep only deletionRules"))
-    if not rules and not legacy:  # the CRD's CEL rule says so first
-        out.append(doc.problem(field, "needs both onSuccess and onFailure, or deletionRules.", "add deletionRules"))
-    return out
+    if rules and legacy:
+        return [doc.problem("spec.deletionStrategy", "mixes onSuccess/onFailure with deletionRules.",
+                            "keep only deletionRules")]
+    if not rules and not legacy:
+        return [doc.problem("spec.deletionStrategy", "needs both onSuccess and onFailure, or deletionRules.",
+                            "add deletionRules")]
+    return []
 
 
 def _legacy(spec: dict) -> dict | None:
@@ -954,35 +1016,46 @@ def check_deletion_rules_ttl_order(doc, spec, gates):
     return out
 
 
-def check_job_cluster_source(doc, spec, gates):
-    # ValidateRayJobSpec: one of rayClusterSpec or clusterSelector; a clusterSelector names the cluster
-    selector = spec.get("clusterSelector") or {}
-    if not selector and spec.get("rayClusterSpec") is None:
+def check_job_has_cluster(doc, spec, gates):
+    # ValidateRayJobSpec: one of rayClusterSpec or clusterSelector must be set
+    if not _selector_mode(spec) and spec.get("rayClusterSpec") is None:
         return [doc.problem("spec", "has neither rayClusterSpec nor clusterSelector.",
                             "embed a rayClusterSpec or select an existing cluster with clusterSelector")]
-    if selector and not selector.get("ray.io/cluster"):
+    return []
+
+
+def check_job_selector_names_cluster(doc, spec, gates):
+    # ValidateRayJobSpec: cluster name in ClusterSelector should not be empty
+    if _selector_mode(spec) and not spec["clusterSelector"].get("ray.io/cluster"):
         return [doc.problem("spec.clusterSelector", "has no 'ray.io/cluster' key naming the RayCluster.",
                             "set clusterSelector: {ray.io/cluster: <RayCluster name>}")]
     return []
 
 
-def check_job_cluster_selector_mode(doc, spec, gates):
-    # ValidateRayJobSpec: clusterSelector mode supports no suspend, no SidecarMode, no backoffLimit > 0
-    if not _selector_mode(spec):
-        return []
-    out = []
-    if spec.get("suspend"):
-        out.append(doc.problem("spec.suspend", "clusterSelector mode does not support suspend.",
-                               "remove suspend, or embed a rayClusterSpec"))
-    if spec.get("submissionMode") == "SidecarMode":
-        out.append(doc.problem("spec.submissionMode", "SidecarMode does not support clusterSelector.",
-                               "use K8sJobMode or HTTPMode"))
-    if (spec.get("backoffLimit") or 0) > 0:
-        out.append(doc.problem("spec.backoffLimit", f"is {spec['backoffLimit']}: a retry deletes and recreates the "
-                               "cluster, which clusterSelector mode must not do (KubeRay rejects it).",
-                               "remove backoffLimit, or use a RayJob with an embedded rayClusterSpec "
-                               "(manifests/rayjob-standalone.yaml) for retries"))
-    return out
+def check_job_selector_no_suspend(doc, spec, gates):
+    # ValidateRayJobSpec: the ClusterSelector mode doesn't support the suspend operation
+    if _selector_mode(spec) and spec.get("suspend"):
+        return [doc.problem("spec.suspend", "clusterSelector mode does not support suspend.",
+                            "remove suspend, or embed a rayClusterSpec")]
+    return []
+
+
+def check_job_selector_not_sidecar(doc, spec, gates):
+    # ValidateRayJobSpec: ClusterSelector is not supported in SidecarMode
+    if _selector_mode(spec) and spec.get("submissionMode") == "SidecarMode":
+        return [doc.problem("spec.submissionMode", "SidecarMode does not support clusterSelector.",
+                            "use K8sJobMode or HTTPMode")]
+    return []
+
+
+def check_job_selector_no_backoff(doc, spec, gates):
+    # ValidateRayJobSpec: BackoffLimit is incompatible with ClusterSelector mode
+    if _selector_mode(spec) and (spec.get("backoffLimit") or 0) > 0:
+        return [doc.problem("spec.backoffLimit", f"is {spec['backoffLimit']}: a retry deletes and recreates the "
+                            "cluster, which clusterSelector mode must not do (KubeRay rejects it).",
+                            "remove backoffLimit, or use a RayJob with an embedded rayClusterSpec "
+                            "(manifests/rayjob-standalone.yaml) for retries")]
+    return []
 
 
 def check_job_interactive_backoff(doc, spec, gates):
@@ -992,17 +1065,21 @@ def check_job_interactive_backoff(doc, spec, gates):
     return []
 
 
-def check_job_sidecar_mode(doc, spec, gates):
-    # ValidateRayJobSpec: SidecarMode supports no submitterPodTemplate/submitterConfig; head restartPolicy Never
+def check_job_sidecar_no_submitter(doc, spec, gates):
+    # ValidateRayJobSpec: SidecarMode doesn't support SubmitterPodTemplate or SubmitterConfig
     if spec.get("submissionMode") != "SidecarMode":
         return []
-    out = [doc.problem(f"spec.{key}", "is not supported in SidecarMode.", f"remove {key} or use K8sJobMode")
-           for key in ("submitterPodTemplate", "submitterConfig") if spec.get(key) is not None]
+    return [doc.problem(f"spec.{key}", "is not supported in SidecarMode.", f"remove {key} or use K8sJobMode")
+            for key in ("submitterPodTemplate", "submitterConfig") if spec.get(key) is not None]
+
+
+def check_job_sidecar_head_restart_policy(doc, spec, gates):
+    # ValidateRayJobSpec: restartPolicy for the head Pod Never or unset in SidecarMode
     policy = dig(spec, "rayClusterSpec", "headGroupSpec", "template", "spec", "restartPolicy")
-    if policy not in (None, "", "Never"):
-        out.append(doc.problem("spec.rayClusterSpec.headGroupSpec.template.spec.restartPolicy",
-                               "must be Never or unset in SidecarMode.", "set restartPolicy: Never"))
-    return out
+    if spec.get("submissionMode") == "SidecarMode" and policy not in (None, "", "Never"):
+        return [doc.problem("spec.rayClusterSpec.headGroupSpec.template.spec.restartPolicy",
+                            "must be Never or unset in SidecarMode.", "set restartPolicy: Never")]
+    return []
 
 
 def check_job_k8s_token_auth(doc, spec, gates):
@@ -1028,14 +1105,18 @@ def check_job_runtime_env_yaml(doc, spec, gates):
     return []
 
 
-def check_job_deadlines_and_backoff(doc, spec, gates):
-    # ValidateRayJobSpec: activeDeadlineSeconds and preRunningDeadlineSeconds positive, backoffLimit non-negative
-    out = [doc.problem(f"spec.{key}", "must be a positive integer.", "use seconds > 0")
-           for key in ("activeDeadlineSeconds", "preRunningDeadlineSeconds")
-           if spec.get(key) is not None and spec[key] <= 0]
+def check_job_deadlines_positive(doc, spec, gates):
+    # ValidateRayJobSpec: activeDeadlineSeconds and preRunningDeadlineSeconds must be positive integers
+    return [doc.problem(f"spec.{key}", "must be a positive integer.", "use seconds > 0")
+            for key in ("activeDeadlineSeconds", "preRunningDeadlineSeconds")
+            if spec.get(key) is not None and spec[key] <= 0]
+
+
+def check_job_backoff_not_negative(doc, spec, gates):
+    # ValidateRayJobSpec: backoffLimit must not be negative
     if spec.get("backoffLimit") is not None and spec["backoffLimit"] < 0:
-        out.append(doc.problem("spec.backoffLimit", "must not be negative.", "use 0 or more"))
-    return out
+        return [doc.problem("spec.backoffLimit", "must not be negative.", "use 0 or more")]
+    return []
 
 
 # raytrain is stricter: manifests KubeRay v1.7.0 admits that cannot work.
@@ -1072,12 +1153,15 @@ def check_job_submitter_template(doc, spec, gates):
 
 
 JOB_CHECKS: list[Callable[..., list[Problem]]] = [
-    check_job_suspend_needs_shutdown, check_job_ttl, check_deletion_strategy, check_legacy_policies_set,
-    check_legacy_policy_cluster_selector, check_legacy_delete_workers_autoscaling,
+    check_job_suspend_needs_shutdown, check_job_ttl_not_negative, check_job_ttl_needs_shutdown,
+    check_deletion_strategy_gate, check_deletion_rules_without_shutdown, check_deletion_strategy_one_kind,
+    check_legacy_policies_set, check_legacy_policy_cluster_selector, check_legacy_delete_workers_autoscaling,
     check_legacy_delete_none_with_shutdown, check_deletion_condition, check_deletion_rule_policy,
-    check_deletion_rules_unique, check_deletion_rules_ttl_order, check_job_cluster_source,
-    check_job_cluster_selector_mode, check_job_interactive_backoff, check_job_sidecar_mode, check_job_k8s_token_auth,
-    check_job_runtime_env_yaml, check_job_deadlines_and_backoff, check_job_submission_mode_known,
+    check_deletion_rules_unique, check_deletion_rules_ttl_order, check_job_has_cluster,
+    check_job_selector_names_cluster, check_job_selector_no_suspend, check_job_selector_not_sidecar,
+    check_job_selector_no_backoff, check_job_interactive_backoff, check_job_sidecar_no_submitter,
+    check_job_sidecar_head_restart_policy, check_job_k8s_token_auth, check_job_runtime_env_yaml,
+    check_job_deadlines_positive, check_job_backoff_not_negative, check_job_submission_mode_known,
     check_job_submitter_template,
 ]
 
