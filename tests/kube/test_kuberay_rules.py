@@ -132,11 +132,11 @@ CASES = [
     # webhook: validateWorkerGroups
     Case("duplicate worker group name", C, {"spec.workerGroupSpecs[1]": CLUSTER["spec"]["workerGroupSpecs"][0]},
          {"spec.workerGroupSpecs[1]": {**CLUSTER["spec"]["workerGroupSpecs"][0], "groupName": "cpu2"}},
-         "spec.workerGroupSpecs[1].groupName", "unique worker group names"),
+         "spec.workerGroupSpecs[1].groupName", "refuses duplicate worker group"),
     Case("duplicate worker group name in a RayJob", J,
          {"spec.rayClusterSpec.workerGroupSpecs[1]": CLUSTER["spec"]["workerGroupSpecs"][0]},
          {"spec.rayClusterSpec.workerGroupSpecs[1]": {**CLUSTER["spec"]["workerGroupSpecs"][0], "groupName": "gpu"}},
-         "spec.rayClusterSpec.workerGroupSpecs[1].groupName", "unique worker group names"),
+         "spec.rayClusterSpec.workerGroupSpecs[1].groupName", "refuses duplicate worker group"),
     # ValidateRayClusterSpec: groups
     Case("head without a container", C, {"spec.headGroupSpec.template.spec.containers": []}, {},
          "spec.headGroupSpec.template.spec.containers", "no container"),

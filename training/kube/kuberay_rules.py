@@ -51,7 +51,8 @@ DEFAULT_FEATURE_GATES: dict[str, bool] = {
     "KubernetesWAS": False,
 }
 # The Beta ones (AllBeta sets them); the rest are Alpha (AllAlpha).
-_BETA_GATES = {"RayClusterStatusConditions", "RayJobDeletionPolicy", "RayMultiHostIndexing", "RayServiceIncrementalUpgrade"}
+_BETA_GATES = {"RayClusterStatusConditions", "RayJobDeletionPolicy", "RayMultiHostIndexing",
+               "RayServiceIncrementalUpgrade"}
 # strconv.ParseBool, which k8s.io/component-base's featureGate.Set uses for each value.
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
              "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -313,7 +314,8 @@ def check_unique_group_names(doc: Doc, spec: dict, prefix: str) -> list[Problem]
         name = group.get("groupName")
         if name in seen:
             out.append(doc.problem(f"{prefix}.workerGroupSpecs[{i}].groupName", f"'{name}' is already the name of "
-                                   f"workerGroupSpecs[{seen[name]}]; KubeRay requires unique worker group names.",
+                                   f"workerGroupSpecs[{seen[name]}]; KubeRay's webhook refuses duplicate worker group "
+                                   "names (the operator finds a group's pods by its name).",
                                    "give each worker group its own groupName"))
         seen.setdefault(name, i)
     return out
@@ -323,14 +325,16 @@ def check_unique_group_names(doc: Doc, spec: dict, prefix: str) -> list[Problem]
 # ValidateRayClusterSpec: groups
 
 
-def check_worker_containers(doc, spec, prefix, annotations, gates):
+def check_worker_containers(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                            gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: workerGroupSpec should have at least one container
     return [doc.problem(f"{path}.template.spec.containers", f"worker group {name} has no container.",
                         "add the Ray container as the first container")
             for path, name, group in _workers(spec, prefix) if not _containers(group)]
 
 
-def check_group_resources(doc, spec, prefix, annotations, gates):
+def check_group_resources(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                          gates: FeatureGates) -> list[Problem]:
     # validateRayGroupResources
     out = []
     for path, name, group in groups(spec, prefix):
@@ -341,14 +345,16 @@ def check_group_resources(doc, spec, prefix, annotations, gates):
     return out
 
 
-def check_group_labels_not_in_ray_start_params(doc, spec, prefix, annotations, gates):
+def check_group_labels_not_in_ray_start_params(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                               gates: FeatureGates) -> list[Problem]:
     # validateRayGroupLabels: rayStartParams['labels'] is not supported
     return [doc.problem(f"{path}.rayStartParams.labels", f"is not supported by KubeRay (group {name}).",
                         f"move the labels to {path}.labels")
             for path, name, group in groups(spec, prefix) if "labels" in (group.get("rayStartParams") or {})]
 
 
-def check_group_label_syntax(doc, spec, prefix, annotations, gates):
+def check_group_label_syntax(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                             gates: FeatureGates) -> list[Problem]:
     # validateRayGroupLabels: keys are qualified names, values label values (Kubernetes label syntax)
     out = []
     for path, name, group in groups(spec, prefix):
@@ -364,7 +370,8 @@ def check_group_label_syntax(doc, spec, prefix, annotations, gates):
     return out
 
 
-def check_worker_replica_bounds_set(doc, spec, prefix, annotations, gates):
+def check_worker_replica_bounds_set(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                    gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: both minReplicas and maxReplicas when autoscaling is disabled
     if autoscaling_enabled(spec):
         return []
@@ -374,14 +381,16 @@ def check_worker_replica_bounds_set(doc, spec, prefix, annotations, gates):
             if group.get("minReplicas") is None or group.get("maxReplicas") is None]
 
 
-def check_worker_replicas_not_negative(doc, spec, prefix, annotations, gates):
+def check_worker_replicas_not_negative(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                       gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: negative minReplicas / maxReplicas
     return [doc.problem(f"{path}.{key}", f"is {group[key]} (negative) in worker group {name}.", "use 0 or more")
             for path, name, group in _workers(spec, prefix) for key in ("minReplicas", "maxReplicas")
             if isinstance(group.get(key), int) and group[key] < 0]
 
 
-def check_worker_min_not_above_max(doc, spec, prefix, annotations, gates):
+def check_worker_min_not_above_max(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                   gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: minReplicas greater than maxReplicas
     out = []
     for path, name, group in _workers(spec, prefix):
@@ -392,7 +401,8 @@ def check_worker_min_not_above_max(doc, spec, prefix, annotations, gates):
     return out
 
 
-def check_worker_idle_timeout(doc, spec, prefix, annotations, gates):
+def check_worker_idle_timeout(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                              gates: FeatureGates) -> list[Problem]:
     # validateWorkerGroupIdleTimeout
     out = []
     for path, name, group in _workers(spec, prefix):
@@ -408,7 +418,8 @@ def check_worker_idle_timeout(doc, spec, prefix, annotations, gates):
     return out
 
 
-def check_worker_priority(doc, spec, prefix, annotations, gates):
+def check_worker_priority(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                          gates: FeatureGates) -> list[Problem]:
     # validateWorkerGroupPriority: Ray 2.56.0 or later, and autoscaler v2
     out = []
     for path, name, group in _workers(spec, prefix):
@@ -430,7 +441,8 @@ FT_ANNOTATION = "ray.io/ft-enabled"
 EXTERNAL_STORAGE_NS_ANNOTATION = "ray.io/external-storage-namespace"
 
 
-def check_ft_annotation_with_options(doc, spec, prefix, annotations, gates):
+def check_ft_annotation_with_options(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                     gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: ray.io/ft-enabled annotation and GcsFaultToleranceOptions both set
     if annotations.get(FT_ANNOTATION) and spec.get("gcsFaultToleranceOptions") is not None:
         return [doc.problem(f"{prefix}.gcsFaultToleranceOptions", f"is set together with the {FT_ANNOTATION} "
@@ -438,16 +450,19 @@ def check_ft_annotation_with_options(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_redis_address_without_ft(doc, spec, prefix, annotations, gates):
+def check_redis_address_without_ft(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                   gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: RAY_REDIS_ADDRESS implicitly enables GCS FT (utils.IsGCSFaultToleranceEnabled)
-    ft_on = spec.get("gcsFaultToleranceOptions") is not None or str(annotations.get(FT_ANNOTATION, "")).lower() == "true"
+    ft_on = (spec.get("gcsFaultToleranceOptions") is not None
+             or str(annotations.get(FT_ANNOTATION, "")).lower() == "true")
     if not ft_on and "RAY_REDIS_ADDRESS" in _env(_head(spec).get("env")):
         return [doc.problem(_head_env_path(prefix), "RAY_REDIS_ADDRESS enables GCS fault tolerance implicitly, but "
                             "gcsFaultToleranceOptions is not set.", "set gcsFaultToleranceOptions.redisAddress instead")]
     return []
 
 
-def check_ft_options_conflicts(doc, spec, prefix, annotations, gates):
+def check_ft_options_conflicts(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                               gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: with GcsFaultToleranceOptions, no redis-password, REDIS_PASSWORD, RAY_REDIS_ADDRESS,
     # or ray.io/external-storage-namespace
     if spec.get("gcsFaultToleranceOptions") is None:
@@ -473,7 +488,8 @@ def _rocksdb(spec: dict) -> dict | None:
     return options if options is not None and options.get("backend") == "rocksdb" else None
 
 
-def check_rocksdb_gate(doc, spec, prefix, annotations, gates):
+def check_rocksdb_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                       gates: FeatureGates) -> list[Problem]:
     # validateGcsFaultToleranceBackend: rocksdb needs the GCSFaultToleranceEmbeddedStorage gate
     if _rocksdb(spec) is not None and not gates.enabled("GCSFaultToleranceEmbeddedStorage"):
         return [_gate_off(doc, f"{prefix}.gcsFaultToleranceOptions.backend", "GCSFaultToleranceEmbeddedStorage",
@@ -481,8 +497,10 @@ def check_rocksdb_gate(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_rocksdb_no_redis_fields(doc, spec, prefix, annotations, gates):
-    # validateGcsFaultToleranceBackend: rocksdb takes no redisAddress/redisUsername/redisPassword/externalStorageNamespace
+def check_rocksdb_no_redis_fields(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                  gates: FeatureGates) -> list[Problem]:
+    # validateGcsFaultToleranceBackend: rocksdb takes no redisAddress, redisUsername, redisPassword or
+    # externalStorageNamespace
     options = _rocksdb(spec) or {}
     return [doc.problem(f"{prefix}.gcsFaultToleranceOptions.{key}", "cannot be set when backend is rocksdb.",
                         f"remove {key}")
@@ -490,7 +508,8 @@ def check_rocksdb_no_redis_fields(doc, spec, prefix, annotations, gates):
             if options.get(key) not in (None, "")]
 
 
-def check_rocksdb_claim_alone(doc, spec, prefix, annotations, gates):
+def check_rocksdb_claim_alone(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                              gates: FeatureGates) -> list[Problem]:
     # validateGcsFaultToleranceBackend: storage.claimName excludes size, storageClassName and accessModes
     storage = (_rocksdb(spec) or {}).get("storage") or {}
     if storage.get("claimName") and (storage.get("size") is not None or storage.get("accessModes")
@@ -501,7 +520,8 @@ def check_rocksdb_claim_alone(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_rocksdb_managed_head(doc, spec, prefix, annotations, gates):
+def check_rocksdb_managed_head(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                               gates: FeatureGates) -> list[Problem]:
     # validateGcsFaultToleranceBackend: RAY_gcs_storage(_path), the gcs-storage mount and volume are KubeRay's
     if _rocksdb(spec) is None:
         return []
@@ -523,7 +543,8 @@ def check_rocksdb_managed_head(doc, spec, prefix, annotations, gates):
     return out
 
 
-def check_redis_backend_no_storage(doc, spec, prefix, annotations, gates):
+def check_redis_backend_no_storage(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                   gates: FeatureGates) -> list[Problem]:
     # validateGcsFaultToleranceBackend: storage applies only to rocksdb (utils.GetGcsFaultToleranceBackend: redis
     # when unset)
     options = spec.get("gcsFaultToleranceOptions")
@@ -533,9 +554,11 @@ def check_redis_backend_no_storage(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_redis_username(doc, spec, prefix, annotations, gates):
+def check_redis_username(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                         gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: no redis username in rayStartParams or REDIS_USERNAME
-    if dig(spec, "headGroupSpec", "rayStartParams", "redis-username") or "REDIS_USERNAME" in _env(_head(spec).get("env")):
+    in_env = "REDIS_USERNAME" in _env(_head(spec).get("env"))
+    if dig(spec, "headGroupSpec", "rayStartParams", "redis-username") or in_env:
         return [doc.problem(f"{prefix}.headGroupSpec", "sets a redis username (rayStartParams redis-username or "
                             "REDIS_USERNAME).", "use gcsFaultToleranceOptions.redisUsername")]
     return []
@@ -545,7 +568,8 @@ def check_redis_username(doc, spec, prefix, annotations, gates):
 # ValidateRayClusterSpec: suspend and the autoscaler
 
 
-def check_worker_suspend_gate(doc, spec, prefix, annotations, gates):
+def check_worker_suspend_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                              gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: a worker group can be suspended only with the RayJobDeletionPolicy gate
     if gates.enabled("RayJobDeletionPolicy"):
         return []
@@ -553,7 +577,8 @@ def check_worker_suspend_gate(doc, spec, prefix, annotations, gates):
             for path, name, group in _workers(spec, prefix) if group.get("suspend")]
 
 
-def check_v2_env_without_autoscaling(doc, spec, prefix, annotations, gates):
+def check_v2_env_without_autoscaling(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                     gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: RAY_enable_autoscaler_v2 "1"/"true" with enableInTreeAutoscaling false
     if not autoscaling_enabled(spec) and _env_true(_head(spec).get("env"), "RAY_enable_autoscaler_v2"):
         return [doc.problem(_head_env_path(prefix), "RAY_enable_autoscaler_v2 is on but enableInTreeAutoscaling is "
@@ -561,7 +586,8 @@ def check_v2_env_without_autoscaling(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_worker_suspend_with_autoscaling(doc, spec, prefix, annotations, gates):
+def check_worker_suspend_with_autoscaling(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                          gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: a worker group cannot be suspended with the autoscaler on
     if not autoscaling_enabled(spec):
         return []
@@ -570,7 +596,8 @@ def check_worker_suspend_with_autoscaling(doc, spec, prefix, annotations, gates)
             for path, name, group in _workers(spec, prefix) if group.get("suspend")]
 
 
-def check_autoscaler_version_and_env(doc, spec, prefix, annotations, gates):
+def check_autoscaler_version_and_env(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                     gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: both autoscalerOptions.version and RAY_enable_autoscaler_v2
     if (autoscaling_enabled(spec) and dig(spec, "autoscalerOptions", "version") is not None
             and "RAY_enable_autoscaler_v2" in _env(_head(spec).get("env"))):
@@ -579,7 +606,8 @@ def check_autoscaler_version_and_env(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_autoscaler_v2_restart_policy(doc, spec, prefix, annotations, gates):
+def check_autoscaler_v2_restart_policy(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                       gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: restartPolicy Never or unset for every pod with autoscaler v2
     if not (autoscaling_enabled(spec) and _autoscaler_v2(spec)):
         return []
@@ -589,7 +617,8 @@ def check_autoscaler_v2_restart_policy(doc, spec, prefix, annotations, gates):
             if (policy := dig(group, "template", "spec", "restartPolicy", default="")) not in ("", "Never")]
 
 
-def check_autoscaler_idle_timeout(doc, spec, prefix, annotations, gates):
+def check_autoscaler_idle_timeout(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                  gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: autoscalerOptions.idleTimeoutSeconds must be non-negative
     timeout = dig(spec, "autoscalerOptions", "idleTimeoutSeconds")
     if timeout is not None and timeout < 0:
@@ -598,7 +627,8 @@ def check_autoscaler_idle_timeout(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_autoscaler_env_start_cmd(doc, spec, prefix, annotations, gates):
+def check_autoscaler_env_start_cmd(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                   gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: autoscalerOptions.env must not contain KUBERAY_GEN_AUTOSCALER_START_CMD
     if "KUBERAY_GEN_AUTOSCALER_START_CMD" in _env(dig(spec, "autoscalerOptions", "env")):
         return [doc.problem(f"{prefix}.autoscalerOptions.env", "KUBERAY_GEN_AUTOSCALER_START_CMD is managed by KubeRay.",
@@ -614,14 +644,16 @@ COLLECTOR_MANAGED_ENV = ("POD_IP", "FQ_RAY_IP", "RAY_CLUSTER_NAME", "RAY_CLUSTER
                          "OWNER_KIND", "OWNER_NAME", "EVENTS_PORT")
 
 
-def check_history_server_gate(doc, spec, prefix, annotations, gates):
+def check_history_server_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                              gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: historyServerOptions needs the RayClusterHistoryServer gate
     if spec.get("historyServerOptions") is not None and not gates.enabled("RayClusterHistoryServer"):
         return [_gate_off(doc, f"{prefix}.historyServerOptions", "RayClusterHistoryServer", "historyServerOptions")]
     return []
 
 
-def check_history_server_collector_set(doc, spec, prefix, annotations, gates):
+def check_history_server_collector_set(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                       gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: historyServerOptions.collectorOptions must be set
     if spec.get("historyServerOptions") is not None and spec["historyServerOptions"].get("collectorOptions") is None:
         return [doc.problem(f"{prefix}.historyServerOptions.collectorOptions", "is required with historyServerOptions.",
@@ -629,7 +661,8 @@ def check_history_server_collector_set(doc, spec, prefix, annotations, gates):
     return []
 
 
-def check_history_server_container_name(doc, spec, prefix, annotations, gates):
+def check_history_server_container_name(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                        gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: no pod container named like the collector KubeRay adds
     if spec.get("historyServerOptions") is None:
         return []
@@ -639,7 +672,8 @@ def check_history_server_container_name(doc, spec, prefix, annotations, gates):
             if container.get("name") == COLLECTOR_CONTAINER]
 
 
-def check_collector_options(doc, spec, prefix, annotations, gates):
+def check_collector_options(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                            gates: FeatureGates) -> list[Problem]:
     # validateCollectorOptions
     options = dig(spec, "historyServerOptions", "collectorOptions")
     if options is None:
@@ -681,14 +715,16 @@ def check_collector_options(doc, spec, prefix, annotations, gates):
 # ValidateRayClusterSpec: auth
 
 
-def check_auth_token_ray_version(doc, spec, prefix, annotations, gates):
+def check_auth_token_ray_version(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                 gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec (utils.IsAuthEnabled): authOptions.mode token needs Ray 2.52.0 or later
     if dig(spec, "authOptions", "mode") != "token":
         return []
     return _version_floor(doc, spec, prefix, "authOptions.mode: token", "2.52.0")
 
 
-def check_k8s_token_auth_needs_token_mode(doc, spec, prefix, annotations, gates):
+def check_k8s_token_auth_needs_token_mode(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                          gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: enableK8sTokenAuth needs authOptions.mode token
     auth = spec.get("authOptions") or {}
     if auth.get("enableK8sTokenAuth") and auth.get("mode") != "token":
@@ -697,7 +733,8 @@ def check_k8s_token_auth_needs_token_mode(doc, spec, prefix, annotations, gates)
     return []
 
 
-def check_k8s_token_auth_ray_version(doc, spec, prefix, annotations, gates):
+def check_k8s_token_auth_ray_version(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                     gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec (utils.IsK8sAuthEnabled): enableK8sTokenAuth needs Ray 2.55.0 or later
     auth = spec.get("authOptions") or {}
     if not (auth.get("enableK8sTokenAuth") and auth.get("mode") == "token"):
@@ -707,7 +744,8 @@ def check_k8s_token_auth_ray_version(doc, spec, prefix, annotations, gates):
     return _version_floor(doc, spec, prefix, "authOptions.enableK8sTokenAuth", "2.55.0")
 
 
-def check_k8s_token_auth_no_secret(doc, spec, prefix, annotations, gates):
+def check_k8s_token_auth_no_secret(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                   gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: enableK8sTokenAuth and authOptions.secretName exclude each other
     auth = spec.get("authOptions") or {}
     if auth.get("enableK8sTokenAuth") and auth.get("mode") == "token" and auth.get("secretName"):
@@ -720,14 +758,16 @@ def check_k8s_token_auth_no_secret(doc, spec, prefix, annotations, gates):
 # ValidateRayClusterSpec: network policy and TLS
 
 
-def check_network_policy_gate(doc, spec, prefix, annotations, gates):
+def check_network_policy_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                              gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: spec.networkPolicy requires the RayClusterNetworkPolicy gate
     if spec.get("networkPolicy") is not None and not gates.enabled("RayClusterNetworkPolicy"):
         return [_gate_off(doc, f"{prefix}.networkPolicy", "RayClusterNetworkPolicy", "networkPolicy")]
     return []
 
 
-def check_network_policy(doc, spec, prefix, annotations, gates):
+def check_network_policy(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                         gates: FeatureGates) -> list[Problem]:
     # validateNetworkPolicy: rules only for the direction the mode restricts; DNS-1123 group names; known groups
     policy = spec.get("networkPolicy")
     if policy is None:
@@ -763,14 +803,16 @@ TLS_MANAGED_ENV = ("RAY_USE_TLS", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "
 TLS_VOLUME, TLS_MOUNT_PATH = "ray-tls", "/etc/ray/tls"
 
 
-def check_tls_gate(doc, spec, prefix, annotations, gates):
+def check_tls_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                   gates: FeatureGates) -> list[Problem]:
     # ValidateRayClusterSpec: spec.tlsOptions requires the RayClusterMTLS gate
     if spec.get("tlsOptions") is not None and not gates.enabled("RayClusterMTLS"):
         return [_gate_off(doc, f"{prefix}.tlsOptions", "RayClusterMTLS", "tlsOptions")]
     return []
 
 
-def check_tls_managed(doc, spec, prefix, annotations, gates):
+def check_tls_managed(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                      gates: FeatureGates) -> list[Problem]:
     # validateTLSOptions + validateNoConflictingTLSVolumeMount (utils.IsTLSEnabled: gate on and tlsOptions.enabled)
     if not (gates.enabled("RayClusterMTLS") and dig(spec, "tlsOptions", "enabled")):
         return []
@@ -826,7 +868,7 @@ def _selector_mode(spec: dict) -> bool:
     return bool(spec.get("clusterSelector"))
 
 
-def check_job_suspend_needs_shutdown(doc, spec, gates):
+def check_job_suspend_needs_shutdown(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: suspend needs shutdownAfterJobFinishes
     if spec.get("suspend") and not _shutdown(spec):
         return [doc.problem("spec.suspend", "a RayJob with shutdownAfterJobFinishes false cannot be suspended.",
@@ -834,14 +876,14 @@ def check_job_suspend_needs_shutdown(doc, spec, gates):
     return []
 
 
-def check_job_ttl_not_negative(doc, spec, gates):
+def check_job_ttl_not_negative(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: TTLSecondsAfterFinished must be a non-negative integer
     if (spec.get("ttlSecondsAfterFinished") or 0) < 0:
         return [doc.problem("spec.ttlSecondsAfterFinished", "must not be negative.", "use 0 or more")]
     return []
 
 
-def check_job_ttl_needs_shutdown(doc, spec, gates):
+def check_job_ttl_needs_shutdown(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionConfiguration: TTLSecondsAfterFinished only with shutdownAfterJobFinishes
     if (spec.get("ttlSecondsAfterFinished") or 0) > 0 and not _shutdown(spec):
         return [doc.problem("spec.ttlSecondsAfterFinished", "has no effect without shutdownAfterJobFinishes "
@@ -849,14 +891,14 @@ def check_job_ttl_needs_shutdown(doc, spec, gates):
     return []
 
 
-def check_deletion_strategy_gate(doc, spec, gates):
+def check_deletion_strategy_gate(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionConfiguration: deletionStrategy needs the RayJobDeletionPolicy gate
     if spec.get("deletionStrategy") is not None and not gates.enabled("RayJobDeletionPolicy"):
         return [_gate_off(doc, "spec.deletionStrategy", "RayJobDeletionPolicy", "deletionStrategy")]
     return []
 
 
-def check_deletion_rules_without_shutdown(doc, spec, gates):
+def check_deletion_rules_without_shutdown(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionConfiguration: deletionRules and shutdownAfterJobFinishes exclude each other
     if dig(spec, "deletionStrategy", "deletionRules") and _shutdown(spec):
         return [doc.problem("spec.deletionStrategy.deletionRules", "cannot be combined with shutdownAfterJobFinishes: "
@@ -864,7 +906,7 @@ def check_deletion_rules_without_shutdown(doc, spec, gates):
     return []
 
 
-def check_deletion_strategy_one_kind(doc, spec, gates):
+def check_deletion_strategy_one_kind(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionConfiguration: legacy policies or deletionRules, not both, not neither (the CRD's CEL rules say
     # so first)
     strategy = spec.get("deletionStrategy")
@@ -888,7 +930,7 @@ def _legacy(spec: dict) -> dict | None:
     return strategy
 
 
-def check_legacy_policies_set(doc, spec, gates):
+def check_legacy_policies_set(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateLegacyDeletionPolicies: both onSuccess and onFailure, each with a policy
     strategy = _legacy(spec)
     if strategy is None:
@@ -910,7 +952,7 @@ def _legacy_policies(spec: dict) -> list[tuple[str, str]]:
             if (policy := dig(strategy, key, "policy")) is not None]
 
 
-def check_legacy_policy_cluster_selector(doc, spec, gates):
+def check_legacy_policy_cluster_selector(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateLegacyDeletionPolicies: DeleteCluster/DeleteWorkers not with clusterSelector
     if not _selector_mode(spec):
         return []
@@ -919,7 +961,7 @@ def check_legacy_policy_cluster_selector(doc, spec, gates):
             for path, policy in _legacy_policies(spec) if policy in DELETE_POLICIES_NEEDING_CLUSTER]
 
 
-def check_legacy_delete_workers_autoscaling(doc, spec, gates):
+def check_legacy_delete_workers_autoscaling(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateLegacyDeletionPolicies: DeleteWorkers not with autoscaling
     if not autoscaling_enabled(spec.get("rayClusterSpec")):
         return []
@@ -927,7 +969,7 @@ def check_legacy_delete_workers_autoscaling(doc, spec, gates):
                         "autoscaling off") for path, policy in _legacy_policies(spec) if policy == "DeleteWorkers"]
 
 
-def check_legacy_delete_none_with_shutdown(doc, spec, gates):
+def check_legacy_delete_none_with_shutdown(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateLegacyDeletionPolicies: DeleteNone contradicts shutdownAfterJobFinishes
     if not _shutdown(spec):
         return []
@@ -942,7 +984,7 @@ def _deletion_rules(spec: dict) -> Iterator[tuple[str, dict, dict]]:
             yield f"spec.deletionStrategy.deletionRules[{i}]", rule, rule.get("condition") or {}
 
 
-def check_deletion_condition(doc, spec, gates):
+def check_deletion_condition(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionCondition: exactly one of jobStatus/jobDeploymentStatus, TTL non-negative (the CRD says so first)
     out = []
     for path, rule, condition in _deletion_rules(spec):
@@ -954,7 +996,7 @@ def check_deletion_condition(doc, spec, gates):
     return out
 
 
-def check_deletion_rule_policy(doc, spec, gates):
+def check_deletion_rule_policy(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionRules: DeleteCluster/DeleteWorkers not with clusterSelector; DeleteWorkers not with autoscaling
     out = []
     for path, rule, condition in _deletion_rules(spec):
@@ -977,13 +1019,14 @@ def _policy_refused(spec: dict, policy: Any) -> bool:
 def _grouped_rules(spec: dict) -> Iterator[tuple[int, tuple[str, Any], Any, int]]:
     """(index, (condition field, value), policy, ttlSeconds) for each rule validateDeletionRules groups."""
     for i, (_, rule, condition) in enumerate(_deletion_rules(spec)):
-        if ("jobStatus" in condition) == ("jobDeploymentStatus" in condition) or _policy_refused(spec, rule.get("policy")):
+        one_status = ("jobStatus" in condition) != ("jobDeploymentStatus" in condition)
+        if not one_status or _policy_refused(spec, rule.get("policy")):
             continue
         key = "jobStatus" if "jobStatus" in condition else "jobDeploymentStatus"
         yield i, (key, condition[key]), rule.get("policy"), condition.get("ttlSeconds") or 0
 
 
-def check_deletion_rules_unique(doc, spec, gates):
+def check_deletion_rules_unique(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateDeletionRules: one rule per (policy, jobStatus) and per (policy, jobDeploymentStatus)
     out = []
     seen: dict[tuple, int] = {}
@@ -995,7 +1038,7 @@ def check_deletion_rules_unique(doc, spec, gates):
     return out
 
 
-def check_deletion_rules_ttl_order(doc, spec, gates):
+def check_deletion_rules_ttl_order(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # validateTTLConsistency: for one condition, TTL of DeleteWorkers <= DeleteCluster <= DeleteSelf
     by_condition: dict[tuple[str, Any], dict[Any, tuple[int, int]]] = {}
     for i, condition, policy, ttl in _grouped_rules(spec):
@@ -1016,7 +1059,7 @@ def check_deletion_rules_ttl_order(doc, spec, gates):
     return out
 
 
-def check_job_has_cluster(doc, spec, gates):
+def check_job_has_cluster(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: one of rayClusterSpec or clusterSelector must be set
     if not _selector_mode(spec) and spec.get("rayClusterSpec") is None:
         return [doc.problem("spec", "has neither rayClusterSpec nor clusterSelector.",
@@ -1024,7 +1067,7 @@ def check_job_has_cluster(doc, spec, gates):
     return []
 
 
-def check_job_selector_names_cluster(doc, spec, gates):
+def check_job_selector_names_cluster(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: cluster name in ClusterSelector should not be empty
     if _selector_mode(spec) and not spec["clusterSelector"].get("ray.io/cluster"):
         return [doc.problem("spec.clusterSelector", "has no 'ray.io/cluster' key naming the RayCluster.",
@@ -1032,7 +1075,7 @@ def check_job_selector_names_cluster(doc, spec, gates):
     return []
 
 
-def check_job_selector_no_suspend(doc, spec, gates):
+def check_job_selector_no_suspend(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: the ClusterSelector mode doesn't support the suspend operation
     if _selector_mode(spec) and spec.get("suspend"):
         return [doc.problem("spec.suspend", "clusterSelector mode does not support suspend.",
@@ -1040,7 +1083,7 @@ def check_job_selector_no_suspend(doc, spec, gates):
     return []
 
 
-def check_job_selector_not_sidecar(doc, spec, gates):
+def check_job_selector_not_sidecar(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: ClusterSelector is not supported in SidecarMode
     if _selector_mode(spec) and spec.get("submissionMode") == "SidecarMode":
         return [doc.problem("spec.submissionMode", "SidecarMode does not support clusterSelector.",
@@ -1048,7 +1091,7 @@ def check_job_selector_not_sidecar(doc, spec, gates):
     return []
 
 
-def check_job_selector_no_backoff(doc, spec, gates):
+def check_job_selector_no_backoff(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: BackoffLimit is incompatible with ClusterSelector mode
     if _selector_mode(spec) and (spec.get("backoffLimit") or 0) > 0:
         return [doc.problem("spec.backoffLimit", f"is {spec['backoffLimit']}: a retry deletes and recreates the "
@@ -1058,14 +1101,14 @@ def check_job_selector_no_backoff(doc, spec, gates):
     return []
 
 
-def check_job_interactive_backoff(doc, spec, gates):
+def check_job_interactive_backoff(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: InteractiveMode does not support backoffLimit > 0
     if spec.get("submissionMode") == "InteractiveMode" and (spec.get("backoffLimit") or 0) > 0:
         return [doc.problem("spec.backoffLimit", "is incompatible with InteractiveMode.", "remove backoffLimit")]
     return []
 
 
-def check_job_sidecar_no_submitter(doc, spec, gates):
+def check_job_sidecar_no_submitter(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: SidecarMode doesn't support SubmitterPodTemplate or SubmitterConfig
     if spec.get("submissionMode") != "SidecarMode":
         return []
@@ -1073,7 +1116,7 @@ def check_job_sidecar_no_submitter(doc, spec, gates):
             for key in ("submitterPodTemplate", "submitterConfig") if spec.get(key) is not None]
 
 
-def check_job_sidecar_head_restart_policy(doc, spec, gates):
+def check_job_sidecar_head_restart_policy(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: restartPolicy for the head Pod Never or unset in SidecarMode
     policy = dig(spec, "rayClusterSpec", "headGroupSpec", "template", "spec", "restartPolicy")
     if spec.get("submissionMode") == "SidecarMode" and policy not in (None, "", "Never"):
@@ -1082,7 +1125,7 @@ def check_job_sidecar_head_restart_policy(doc, spec, gates):
     return []
 
 
-def check_job_k8s_token_auth(doc, spec, gates):
+def check_job_k8s_token_auth(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: K8s token auth is not supported for a RayJob's cluster
     if dig(spec, "rayClusterSpec", "authOptions", "enableK8sTokenAuth"):
         return [doc.problem("spec.rayClusterSpec.authOptions.enableK8sTokenAuth", "is not supported for a RayJob's "
@@ -1090,7 +1133,7 @@ def check_job_k8s_token_auth(doc, spec, gates):
     return []
 
 
-def check_job_runtime_env_yaml(doc, spec, gates):
+def check_job_runtime_env_yaml(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec (dashboardclient.UnmarshalRuntimeEnvYAML): a YAML mapping
     runtime_env = spec.get("runtimeEnvYAML")
     if not runtime_env:
@@ -1105,14 +1148,14 @@ def check_job_runtime_env_yaml(doc, spec, gates):
     return []
 
 
-def check_job_deadlines_positive(doc, spec, gates):
+def check_job_deadlines_positive(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: activeDeadlineSeconds and preRunningDeadlineSeconds must be positive integers
     return [doc.problem(f"spec.{key}", "must be a positive integer.", "use seconds > 0")
             for key in ("activeDeadlineSeconds", "preRunningDeadlineSeconds")
             if spec.get(key) is not None and spec[key] <= 0]
 
 
-def check_job_backoff_not_negative(doc, spec, gates):
+def check_job_backoff_not_negative(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # ValidateRayJobSpec: backoffLimit must not be negative
     if spec.get("backoffLimit") is not None and spec["backoffLimit"] < 0:
         return [doc.problem("spec.backoffLimit", "must not be negative.", "use 0 or more")]
@@ -1122,7 +1165,7 @@ def check_job_backoff_not_negative(doc, spec, gates):
 # raytrain is stricter: manifests KubeRay v1.7.0 admits that cannot work.
 
 
-def check_job_submission_mode_known(doc, spec, gates):
+def check_job_submission_mode_known(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # raytrain: KubeRay's CRD has no enum for submissionMode and the controller matches none of its paths
     mode = spec.get("submissionMode", "K8sJobMode")
     if mode not in SUBMISSION_MODES:
@@ -1132,7 +1175,7 @@ def check_job_submission_mode_known(doc, spec, gates):
     return []
 
 
-def check_job_submitter_template(doc, spec, gates):
+def check_job_submitter_template(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
     # raytrain: KubeRay admits these, but the Kubernetes API refuses the submitter Job KubeRay then creates from them
     submitter = spec.get("submitterPodTemplate")
     if not isinstance(submitter, dict) or spec.get("submissionMode", "K8sJobMode") != "K8sJobMode":
