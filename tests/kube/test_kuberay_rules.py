@@ -18,8 +18,8 @@ import sys
 import pytest
 import yaml
 
-from raytrain.kube.kuberay_rules import (DEFAULT_FEATURE_GATES, FeatureGateError, FeatureGates, check_kuberay,
-                                         parse_generic_version)
+from raytrain.kube.kuberay_rules import (DEFAULT_FEATURE_GATES, FeatureGateError, FeatureGates, check_cel,
+                                         check_kuberay, parse_generic_version)
 from raytrain.kube.validate import Doc, validate_paths
 
 CLUSTER = yaml.safe_load("""
@@ -640,3 +640,11 @@ def test_cli_passes_the_gates_to_the_rules(crd_dir, tmp_path):
 ])
 def test_ray_versions_parse_as_kuberay_parses_them(text, expected):
     assert parse_generic_version(text) == expected
+
+
+def test_cel_reads_a_null_field_as_absent_as_the_api_server_does(crd_dir):
+    assert check_cel(Doc("m.yaml", patched(CLUSTER, {"spec.managedBy": None})), crd_dir) == []
+    job = patched(JOB, {"spec.deletionStrategy": {"onSuccess": {"policy": "DeleteSelf"}, "onFailure": None,
+                                                  "deletionRules": None}})
+    assert [(p.field, p.message.split(",")[0]) for p in check_cel(Doc("m.yaml", job), crd_dir)] == [
+        ("spec.deletionStrategy", "deletionStrategy requires either BOTH onSuccess and onFailure")]

@@ -1237,11 +1237,20 @@ def _cel_environment() -> Any:
     return celpy.Environment()
 
 
+def _without_nulls(value: Any) -> Any:
+    """The API server drops a null field before it validates: has(self.x) is false for `x: null`."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _cel_holds(expression: str, value: Any) -> bool:
     import celpy
 
     try:
-        return bool(_cel_program(expression).evaluate({"self": celpy.json_to_cel(value)}))
+        return bool(_cel_program(expression).evaluate({"self": celpy.json_to_cel(_without_nulls(value))}))
     except celpy.CELEvalError:
         return False  # the API server refuses an object its rule cannot evaluate
 
@@ -1257,7 +1266,7 @@ def _cel_rules(schema: dict, value: Any, path: str) -> Iterator[tuple[str, dict,
         extra = schema.get("additionalProperties")
         for key, item in value.items():
             child = properties.get(key) if key in properties else (extra if isinstance(extra, dict) else None)
-            if child is not None:
+            if child is not None and item is not None:
                 yield from _cel_rules(child, item, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
@@ -1270,7 +1279,7 @@ def check_cel(doc: Doc, crd_dir: Path) -> list[Problem]:
     out: list[Problem] = []
     for path, rule, value in _cel_rules(schema, doc.obj, ""):
         if not _cel_holds(rule["rule"], value):
-            out.append(doc.problem(path, f"{rule.get('message') or 'fails the CRD rule ' + rule['rule']}".rstrip(".")
-                                   + " (a CEL rule of the KubeRay CRD).",
+            message = str(rule.get("message") or f"fails `{rule['rule']}`").rstrip(".")
+            out.append(doc.problem(path, f"{message} (a CEL rule of the KubeRay CRD).",
                                    CEL_FIXES.get(rule["rule"], f"change it so that `{rule['rule']}` holds")))
     return out
