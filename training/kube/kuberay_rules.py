@@ -401,6 +401,11 @@ def check_worker_min_not_above_max(doc: Doc, spec: dict, prefix: str, annotation
     return out
 
 
+def _needs_autoscaler_v2(doc: Doc, field: str, group: str, prefix: str) -> Problem:
+    return doc.problem(field, f"is set in worker group {group}, but only autoscaler v2 reads it.",
+                       f"set {prefix}.autoscalerOptions.version: v2, or remove it")
+
+
 def check_worker_idle_timeout(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
                               gates: FeatureGates) -> list[Problem]:
     # validateWorkerGroupIdleTimeout
@@ -413,8 +418,7 @@ def check_worker_idle_timeout(doc: Doc, spec: dict, prefix: str, annotations: Ma
             out.append(doc.problem(f"{path}.idleTimeoutSeconds", f"is {timeout} in worker group {name}; it must not "
                                    "be negative.", "use 0 or more seconds"))
         elif not _v2_or_env(spec):
-            out.append(doc.problem(f"{path}.idleTimeoutSeconds", f"is set in worker group {name}, but only autoscaler "
-                                   "v2 reads it.", f"set {prefix}.autoscalerOptions.version: v2, or remove it"))
+            out.append(_needs_autoscaler_v2(doc, f"{path}.idleTimeoutSeconds", name, prefix))
     return out
 
 
@@ -429,8 +433,7 @@ def check_worker_priority(doc: Doc, spec: dict, prefix: str, annotations: Mappin
         floor = _version_floor(doc, spec, prefix, f"{path}.priority", "2.56.0")
         out += floor
         if not floor and not _v2_or_env(spec):
-            out.append(doc.problem(f"{path}.priority", f"is {priority} in worker group {name}, but only autoscaler "
-                                   "v2 reads it.", f"set {prefix}.autoscalerOptions.version: v2, or remove it"))
+            out.append(_needs_autoscaler_v2(doc, f"{path}.priority", name, prefix))
     return out
 
 
@@ -637,19 +640,26 @@ def check_autoscaler_env_start_cmd(doc: Doc, spec: dict, prefix: str, annotation
 
 
 # ----------------------------------------------------------------------------------------------------------
+# ValidateRayClusterSpec: fields behind the operator's Alpha feature gates
+
+# "spec.historyServerOptions requires the RayClusterHistoryServer feature gate", and likewise networkPolicy, tlsOptions
+FIELD_GATES = {"historyServerOptions": "RayClusterHistoryServer", "networkPolicy": "RayClusterNetworkPolicy",
+               "tlsOptions": "RayClusterMTLS"}
+
+
+def check_field_gates(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                      gates: FeatureGates) -> list[Problem]:
+    # ValidateRayClusterSpec: historyServerOptions, networkPolicy and tlsOptions each need their feature gate
+    return [_gate_off(doc, f"{prefix}.{field}", gate, field) for field, gate in FIELD_GATES.items()
+            if spec.get(field) is not None and not gates.enabled(gate)]
+
+
+# ----------------------------------------------------------------------------------------------------------
 # ValidateRayClusterSpec: history server
 
 COLLECTOR_CONTAINER = "ray-history-collector"
 COLLECTOR_MANAGED_ENV = ("POD_IP", "FQ_RAY_IP", "RAY_CLUSTER_NAME", "RAY_CLUSTER_NAMESPACE", "RAY_ROLE",
                          "OWNER_KIND", "OWNER_NAME", "EVENTS_PORT")
-
-
-def check_history_server_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
-                              gates: FeatureGates) -> list[Problem]:
-    # ValidateRayClusterSpec: historyServerOptions needs the RayClusterHistoryServer gate
-    if spec.get("historyServerOptions") is not None and not gates.enabled("RayClusterHistoryServer"):
-        return [_gate_off(doc, f"{prefix}.historyServerOptions", "RayClusterHistoryServer", "historyServerOptions")]
-    return []
 
 
 def check_history_server_collector_set(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
@@ -758,14 +768,6 @@ def check_k8s_token_auth_no_secret(doc: Doc, spec: dict, prefix: str, annotation
 # ValidateRayClusterSpec: network policy and TLS
 
 
-def check_network_policy_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
-                              gates: FeatureGates) -> list[Problem]:
-    # ValidateRayClusterSpec: spec.networkPolicy requires the RayClusterNetworkPolicy gate
-    if spec.get("networkPolicy") is not None and not gates.enabled("RayClusterNetworkPolicy"):
-        return [_gate_off(doc, f"{prefix}.networkPolicy", "RayClusterNetworkPolicy", "networkPolicy")]
-    return []
-
-
 def check_network_policy(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
                          gates: FeatureGates) -> list[Problem]:
     # validateNetworkPolicy: rules only for the direction the mode restricts; DNS-1123 group names; known groups
@@ -803,14 +805,6 @@ TLS_MANAGED_ENV = ("RAY_USE_TLS", "RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "
 TLS_VOLUME, TLS_MOUNT_PATH = "ray-tls", "/etc/ray/tls"
 
 
-def check_tls_gate(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
-                   gates: FeatureGates) -> list[Problem]:
-    # ValidateRayClusterSpec: spec.tlsOptions requires the RayClusterMTLS gate
-    if spec.get("tlsOptions") is not None and not gates.enabled("RayClusterMTLS"):
-        return [_gate_off(doc, f"{prefix}.tlsOptions", "RayClusterMTLS", "tlsOptions")]
-    return []
-
-
 def check_tls_managed(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
                       gates: FeatureGates) -> list[Problem]:
     # validateTLSOptions + validateNoConflictingTLSVolumeMount (utils.IsTLSEnabled: gate on and tlsOptions.enabled)
@@ -842,10 +836,10 @@ CLUSTER_CHECKS: list[Callable[..., list[Problem]]] = [
     check_redis_backend_no_storage, check_redis_username, check_worker_suspend_gate,
     check_v2_env_without_autoscaling, check_worker_suspend_with_autoscaling, check_autoscaler_version_and_env,
     check_autoscaler_v2_restart_policy, check_autoscaler_idle_timeout, check_autoscaler_env_start_cmd,
-    check_history_server_gate, check_history_server_collector_set, check_history_server_container_name,
+    check_field_gates, check_history_server_collector_set, check_history_server_container_name,
     check_collector_options, check_auth_token_ray_version, check_k8s_token_auth_needs_token_mode,
-    check_k8s_token_auth_ray_version, check_k8s_token_auth_no_secret, check_network_policy_gate,
-    check_network_policy, check_tls_gate, check_tls_managed,
+    check_k8s_token_auth_ray_version, check_k8s_token_auth_no_secret, check_network_policy,
+    check_tls_managed,
 ]
 
 
