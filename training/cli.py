@@ -157,12 +157,22 @@ def _crd_dir(args: argparse.Namespace) -> Path:
     return resolve_crd_dir(args.crds, os.environ.get(CRDS_ENV))
 
 
+def _feature_gates(flag: str):
+    """--feature-gates as the KubeRay operator reads it; a bad one is a usage error naming the flag."""
+    from raytrain.kube.kuberay_rules import FeatureGateError, FeatureGates
+
+    try:
+        return FeatureGates.parse(flag)
+    except FeatureGateError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from raytrain.kube.validate import validate_paths
 
     found = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
                            values=Path(args.values) if args.values else None,
-                           chart=Path(args.chart) if args.chart else None)
+                           chart=Path(args.chart) if args.chart else None, gates=args.feature_gates)
     errors = [p for p in found if p.is_error]
     for problem in found:
         print(f"{'error' if problem.is_error else 'note'}: {problem}", file=sys.stderr)
@@ -339,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--chart", metavar="DIR", help="the chart that --values and values files given as PATH "
                                                          "belong to (default: their own folder if it holds a chart, "
                                                          "else helm/raytrain-cluster)")
+    validate.add_argument("--feature-gates", metavar="GATE=BOOL,...", type=_feature_gates,
+                          help="the KubeRay operator's --feature-gates, e.g. RayClusterNetworkPolicy=true "
+                               "(default: KubeRay v1.7.0's defaults)")
     validate.set_defaults(func=cmd_validate)
 
     emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -18,11 +19,49 @@ import yaml
 
 from raytrain.kube.problems import Doc, Problem, split_fix
 from raytrain.kube.quantity import QuantityError
-from raytrain.kube.rules import check_image_version  # moves with KubeRay's image/version rules
-from raytrain.kube.shape import ShapeError, get, node_resources, shared_mounts
+from raytrain.kube.shape import ShapeError, get, groups, node_resources, shared_mounts
 from raytrain.run_options import add_address_option, add_config_options, config_overrides
 
 DASHBOARD_PORT = 8265
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the images against rayVersion
+
+
+def check_ray_images(doc: Doc) -> list[Problem]:
+    """raytrain: every group's image carries the Ray that rayVersion announces (KubeRay acts on rayVersion)."""
+    out: list[Problem] = []
+    if doc.kind == "RayCluster":
+        spec, prefix = doc.obj.get("spec") or {}, "spec"
+    else:
+        spec, prefix = get(doc.obj, "spec", "rayClusterSpec", default={}), "spec.rayClusterSpec"
+    for path, _, group in groups(spec, prefix):
+        for i, container in enumerate(get(group, "template", "spec", "containers", default=[])):
+            out += check_image_version(doc, f"{path}.template.spec.containers[{i}].image", container.get("image"),
+                                       spec.get("rayVersion"))
+    return out
+
+
+def image_ray_version(image: Any) -> str | None:
+    """The Ray version an image tag names: raytrain's '<version>-ray2.55.1[-gpu]' or rayproject/ray:2.55.1[-...]."""
+    image = str(image or "")
+    name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    match = re.search(r"(?:^|-)ray(\d+\.\d+\.\d+)", tag)
+    if match:
+        return match.group(1)
+    if re.search(r"(^|/)ray(-ml|-llm)?$", name):
+        match = re.match(r"^(\d+\.\d+\.\d+)", tag)
+        return match.group(1) if match else None
+    return None
+
+
+def check_image_version(doc: Doc, field: str, image: Any, ray_version: Any) -> list[Problem]:
+    in_image = image_ray_version(image)
+    if in_image and ray_version and in_image != str(ray_version):
+        return [doc.problem(field, f"image {image} runs Ray {in_image} but rayVersion is {ray_version}.",
+                            f"use the image built for Ray {ray_version}, or set rayVersion: \"{in_image}\"")]
+    return []
 
 
 # ----------------------------------------------------------------------------------------------------------

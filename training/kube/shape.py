@@ -46,8 +46,9 @@ def groups(spec: dict, prefix: str = "spec") -> list[tuple[str, str, dict]]:
     return out
 
 
-def autoscaling_enabled(spec: dict) -> bool:
-    return bool(spec.get("enableInTreeAutoscaling"))
+def autoscaling_enabled(spec: dict | None) -> bool:
+    # KubeRay's utils.IsAutoscalingEnabled
+    return bool((spec or {}).get("enableInTreeAutoscaling"))
 
 
 def is_gpu_resource(key: str) -> bool:

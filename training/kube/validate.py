@@ -5,10 +5,11 @@ each object goes through four layers, each reported as a Problem (problems.py) t
 the field and the fix:
 1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
 2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas, with the CRDs' defaults applied first, as the
-   API server does (crds.py);
-3. KubeRay's admission rules that live in the operator's code, not in the schema (rules.py);
-4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount and
-   carries a valid run config (raytrain_rules.py).
+   API server does (crds.py), and their CEL rules;
+3. KubeRay's admission rules that live in the webhook and the operator's code, under the operator's feature
+   gates (kuberay_rules.py; RayService and RayCronJob are not checked);
+4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount,
+   uses an image whose Ray matches rayVersion, and carries a valid run config (raytrain_rules.py).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from raytrain.kube import raytrain_rules, rules
+from raytrain.kube import raytrain_rules
 from raytrain.kube.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
+from raytrain.kube.kuberay_rules import FeatureGates, check_cel, check_kuberay
 from raytrain.kube.problems import Doc, Problem, field_path
 from raytrain.kube.render import ChartError, default_chart_dir, render_chart_templates
 
@@ -224,13 +226,16 @@ def _named(doc: Doc) -> tuple[Doc, list[Problem]]:
     return Doc(doc.source, obj), [note]
 
 
-def _rules_of(doc: Doc, completed: Doc) -> list[Problem]:
-    """KubeRay's admission rules on the stored object; problems keep the object's own reference."""
-    return [dataclasses.replace(p, obj=doc.ref) for p in rules.check_ray_object(completed)]
+def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
+    """KubeRay's admission rules on the stored object, and the image's Ray against rayVersion; problems keep the
+    object's own reference."""
+    found = check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
+    return [dataclasses.replace(p, obj=doc.ref) for p in found]
 
 
 def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = None,
-                  chart: Path | None = None) -> list[Problem]:
+                  chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
+    gates = gates or FeatureGates()
     problems: list[Problem] = []
     for docs in sets:
         checkable: list[Doc] = []  # objects whose shape is right: the cross-checks would misread the others
@@ -244,12 +249,14 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
             problems.extend(notes)
             is_ray = str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP
             schema_problems = check_ray_schema(named, crd_dir) if is_ray else check_core_schema(named)
+            if is_ray and not schema_problems:  # the API server evaluates the CRD's CEL rules on a valid shape
+                schema_problems = check_cel(named, crd_dir)
             problems.extend(dataclasses.replace(p, obj=doc.ref) for p in schema_problems)
             if schema_problems:
                 continue
             stored = with_defaults(named, crd_dir) if is_ray else named
-            if is_ray:  # the rules assume the shapes the schema guarantees
-                problems.extend(_rules_of(doc, stored))
+            if is_ray:  # the rules assume the shapes the schema guarantees; the operator never sees a refused one
+                problems.extend(_rules_of(doc, stored, gates))
             checkable.append(stored)
         problems.extend(raytrain_rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
     return problems
@@ -267,7 +274,7 @@ def target_cluster(name: str, docs: list[Doc], values: Path | None, chart: Path 
 
 
 def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = None,
-                   chart: Path | None = None) -> list[Problem]:
+                   chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
     """Check charts (rendered with each of their values*.yaml), values files (rendered with their chart),
     rendered YAML and manifest files or directories. Returns errors and notes (Problem.is_error); no errors
     means valid.
@@ -275,6 +282,7 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
     `values` picks the chart values that the target of a clusterSelector RayJob is rendered with (default: the
     chart's values.yaml); `chart` the chart (default: the values file's folder if it is a chart, else
     helm/raytrain-cluster); a values file given as a path outside any chart is rendered with that chart too.
+    `gates` the KubeRay operator's feature gates (default: v1.7.0's defaults).
     """
     crd_dir = Path(crd_dir)
     try:
@@ -283,4 +291,4 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
     except CRDError as exc:
         return [Problem(str(crd_dir), "", "", str(exc), "download the KubeRay v1.7.0 CRDs")]
     sets, problems = collect_sets(paths, chart)
-    return problems + validate_sets(sets, crd_dir, values, chart)
+    return problems + validate_sets(sets, crd_dir, values, chart, gates)
