@@ -325,8 +325,26 @@ def test_the_worker_group_shape_is_defined_once_in_the_schema():
     schema = json.loads((CHART / "values.schema.json").read_text())
     shape = {"$ref": "#/$defs/workerGroup"}
     properties = schema["properties"]
-    assert properties["worker"].items() >= shape.items() and properties["gpuWorker"].items() >= shape.items()
+    assert properties["worker"]["allOf"][0] == properties["gpuWorker"]["allOf"][0] == shape
     assert properties["additionalWorkerGroups"]["additionalProperties"] == shape
+    # Draft-07, which Helm 3's validator reads too: it ignores whatever sits beside a $ref, so only annotations may.
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+    def annotations_only(node: dict) -> bool:
+        return set(node) <= {"description", "default", "properties"} and all(
+            annotations_only(child) for child in node.get("properties", {}).values())
+
+    def beside_refs(node):
+        if isinstance(node, dict):
+            if "$ref" in node and not annotations_only({k: v for k, v in node.items() if k != "$ref"}):
+                yield node
+            for value in node.values():
+                yield from beside_refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from beside_refs(value)
+
+    assert not list(beside_refs(schema))
     assert "worker" not in json.dumps(schema["$defs"]["workerGroup"]["properties"])
 
 
