@@ -1,13 +1,16 @@
 """The Helm chart, rendered and linted with the real Helm library (helm-python-sdk)."""
 
+import json
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
+import helm_python as helm
 import pytest
 import yaml
 
-from raytrain.kube.render import ChartError, lint_chart, render_chart
+from raytrain.kube.render import ChartError, lint_chart, load_values, render_chart
 from raytrain.kube.shape import node_resources, shared_mounts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +96,7 @@ def test_kind_values_hold_a_three_worker_job_on_one_node():
     [cluster] = by_kind(objects, "RayCluster")
     nodes = node_resources(cluster["spec"])
     assert nodes == [{"CPU": 1.0, "GPU": 0.0}] * 3  # head + 2 workers, 1 CPU each
-    volume = cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"][1]
+    [volume] = [v for v in cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"] if v["name"] == "shared"]
     assert volume["hostPath"]["path"] == "/mnt/raytrain-shared"
     assert not by_kind(objects, "PersistentVolumeClaim")  # hostPath: nothing to claim
     kind_config = yaml.safe_load((REPO / "manifests" / "kind-config.yaml").read_text())
@@ -155,9 +158,132 @@ def test_autoscaling_additional_groups_and_podmonitor():
             "ports": [{"protocol": "TCP", "port": 8265}, {"protocol": "TCP", "port": 10001}]} in policy["spec"]["ingress"]
 
 
+def pod_specs(objects):
+    [cluster] = by_kind(objects, "RayCluster")
+    return {name: group["template"]["spec"] for name, group in groups(cluster)}
+
+
+def mounts(pod):
+    return {m["mountPath"]: m["name"] for m in pod["containers"][0].get("volumeMounts", [])}
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_dev_shm_is_left_to_kuberay_which_sizes_it_to_the_memory_limit(values_name):
+    """KubeRay v1.7.0 (common/pod.go, addEmptyDir) mounts a memory-backed /dev/shm sized to the container's memory
+    limit only where none is mounted: the chart mounts none, so Ray's object store (30% of memory) fits."""
+    for name, pod in pod_specs(render(values_name)).items():
+        assert "/dev/shm" not in mounts(pod), name
+        assert not [v for v in pod["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"], name
+
+
+def test_a_shm_size_of_our_own_is_mounted_on_every_pod_when_it_holds_the_object_store():
+    # Largest object store: 30% of the worker's 16Gi = 4916Mi.
+    for name, pod in pod_specs(render(shmSize="5Gi")).items():
+        assert mounts(pod)["/dev/shm"] == "dshm", name
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "5Gi"}} in pod["volumes"], name
+
+
+def test_fs_group_is_applied_only_on_root_mismatch():
+    for name, pod in pod_specs(render()).items():
+        assert pod["securityContext"]["fsGroup"] == 100, name
+        assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch", name
+
+
+def test_volume_permissions_is_opt_in_and_prepares_the_shared_volume_once_with_least_privilege():
+    nfs = {"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"}
+    assert not any(pod.get("initContainers") for pod in pod_specs(render(**nfs)).values())
+    pods = pod_specs(render(**nfs, **{"sharedStorage.volumePermissions.enabled": True}))
+    assert not any(pod.get("initContainers") for name, pod in pods.items() if name != "head")  # once: the head
+    [init] = pods["head"]["initContainers"]
+    assert init["name"] == "volume-permissions" and init["image"] == pods["head"]["containers"][0]["image"]
+    assert init["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}}
+    assert init["resources"]["requests"] == init["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
+    assert init["volumeMounts"] == [{"name": "shared", "mountPath": "/mnt/shared"}]
+    script = init["args"][0]
+    assert "chown 1000:100 /mnt/shared" in script and "all_squash,anonuid=1000,anongid=100" in script
+    assert "-R" not in script  # the root only: never a walk over every checkpoint
+
+
+def test_volume_permissions_script_chowns_once_and_explains_a_root_squashing_export(tmp_path):
+    """The init container's script, run here as it runs in the pod, with `chown`/`stat` stand-ins for the two
+    outcomes an export gives root (allowed: no_root_squash; refused: root_squash)."""
+    pods = pod_specs(render(**{"sharedStorage.volumePermissions.enabled": True, "sharedStorage.mountPath": str(tmp_path / "shared")}))
+    script = pods["head"]["initContainers"][0]["args"][0]
+    (tmp_path / "shared").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+
+    def run(owner: str, chown_ok: bool):
+        (bin_dir / "stat").write_text(f"#!/bin/sh\necho {owner}\n")
+        (bin_dir / "chown").write_text("#!/bin/sh\n" + ("exit 0" if chown_ok else "echo 'Operation not permitted' >&2; exit 1") + "\n")
+        for tool in ("stat", "chown"):
+            (bin_dir / tool).chmod(0o755)
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        return subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True)
+
+    done = run("1000:100", chown_ok=False)
+    assert done.returncode == 0 and "nothing to do" in done.stdout
+    chowned = run("0:0", chown_ok=True)
+    assert chowned.returncode == 0 and "owner 0:0 -> 1000:100" in chowned.stdout
+    squashed = run("0:0", chown_ok=False)
+    assert squashed.returncode == 1 and "all_squash,anonuid=1000,anongid=100" in squashed.stderr
+
+
+def ingress_8080(policy):
+    return [rule["from"] for rule in policy["spec"]["ingress"] if {"protocol": "TCP", "port": 8080} in rule.get("ports", [])]
+
+
+def test_enabling_the_podmonitor_admits_its_prometheus_to_the_metrics_port_only():
+    [policy] = by_kind(render(), "NetworkPolicy")
+    assert ingress_8080(policy) == []  # no scraping, no metrics peers
+    objects = render(**{"metrics.podMonitor.enabled": True, "metrics.podMonitor.labels": {"release": "kps"},
+                        "metrics.prometheus.namespace": "observability"})
+    [policy] = by_kind(objects, "NetworkPolicy")
+    assert ingress_8080(policy) == [[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]]
+    [monitor] = by_kind(objects, "PodMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    # Other scrapers only through metrics.allowFrom; no namespace: allowFrom alone.
+    peers = [{"ipBlock": {"cidr": "10.1.0.0/16"}}]
+    [policy] = by_kind(render(**{"metrics.podMonitor.enabled": True, "metrics.prometheus.namespace": "",
+                                 "metrics.allowFrom": peers}), "NetworkPolicy")
+    assert ingress_8080(policy) == [peers]
+
+
+def notes(**set_values) -> str:
+    """NOTES.txt as `helm install` prints it (render_chart leaves it out: it is no Kubernetes object)."""
+    values = load_values((), set_values)
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values=values, name="raytrain", namespace="default", is_install=True)
+    [text] = [text for name, text in rendered.items() if name.endswith("NOTES.txt")]
+    return text
+
+
+def test_notes_say_how_to_make_an_nfs_export_writable_and_who_scrapes_metrics():
+    nfs = {"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"}
+    text = notes(**nfs)
+    assert "all_squash,anonuid=1000,anongid=100" in text and "chown 1000:100" in text
+    assert "sharedStorage.volumePermissions.enabled=true" in text
+    prepared = notes(**nfs, **{"sharedStorage.volumePermissions.enabled": True})
+    assert "all_squash" not in prepared and "-c volume-permissions" in prepared
+    assert "all_squash" not in notes() and "Metrics" not in notes()
+    scraped = notes(**{"metrics.podMonitor.enabled": True})
+    assert 'pods {"app.kubernetes.io/name":"prometheus"} in namespace monitoring' in scraped
+
+
 BAD_VALUES = [
     # (values, what the message must say) -- values.schema.json
     ({"worker": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    ({"head": {"replicas": 3}}, "additional properties 'replicas' not allowed"),
+    ({"additionalWorkerGroups": {"highmem": {"replicas": 1, "minReplicas": 0, "maxReplicas": 1, "cpus": 2,
+                                             "resources": {"cpu": 1, "memory": "1Gi"}}}}, "additional properties 'cpus' not allowed"),
+    ({"additionalWorkerGroups": {"highmem": {"replicas": 1}}}, "/additionalWorkerGroups/highmem"),
+    ({"head": {"resources": {"cpu": "2 cores", "memory": "8Gi"}}}, "/head/resources/cpu"),
+    ({"sharedStorage": {"volumePermissions": {"resources": {"cpu": "lots", "memory": "64Mi"}}}},
+     "/sharedStorage/volumePermissions/resources/cpu"),
+    ({"metrics": {"prometheus": {"podLabels": {"app": 1}}}}, "/metrics/prometheus/podLabels/app"),
     ({"rayVersion": "2.55"}, "/rayVersion"),
     ({"worker": {"resources": {"cpu": "500m"}}}, "/worker/resources/cpu"),
     ({"service": {"type": "ExternalName"}}, "/service/type"),
@@ -179,6 +305,12 @@ BAD_VALUES = [
     ({"worker": {"rayStartParams": {"num-cpus": "2"}}}, "worker.rayStartParams.num-cpus is set"),
     ({"worker": {"enabled": False}}, "no worker group is enabled"),
     ({"fullnameOverride": "1cluster"}, "is not a DNS-1035 label"),
+    # 30% of the worker's 16Gi is 4916Mi: Ray would put that object store in /tmp.
+    ({"shmSize": "2Gi"}, "shmSize 2Gi is below the object store Ray creates in /dev/shm on worker (4916Mi"),
+    ({"shmSize": "8Gi", "head": {"resources": {"cpu": 2, "memory": "8Gi"},
+                                 "rayStartParams": {"object-store-memory": "9000000000"}}}, "on head (8584Mi"),
+    ({"metrics": {"podMonitor": {"enabled": True}, "prometheus": {"namespace": ""}}},
+     "metrics.podMonitor.enabled with networkPolicy.enabled needs the scraper admitted to port 8080"),
 ]
 
 
@@ -189,26 +321,41 @@ def test_bad_values_fail_with_a_clear_message(values, expected):
     assert expected in str(caught.value)
 
 
-def test_every_value_is_documented_in_values_yaml_and_the_readme():
-    text = (CHART / "values.yaml").read_text()
-    readme = (CHART / "README.md").read_text()
-    params = re.findall(r"## @param (\S+)", text)
-    documented_leaves = []
+def test_the_worker_group_shape_is_defined_once_in_the_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    shape = {"$ref": "#/$defs/workerGroup"}
+    properties = schema["properties"]
+    assert properties["worker"]["allOf"][0] == properties["gpuWorker"]["allOf"][0] == shape
+    assert properties["additionalWorkerGroups"]["additionalProperties"] == shape
+    # Draft-07, which Helm 3's validator reads too: it ignores whatever sits beside a $ref, so only annotations may.
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
 
-    def leaves(node, prefix=""):
-        for key, value in node.items():
-            path = f"{prefix}{key}"
-            if path in params:
-                documented_leaves.append(path)
-            elif isinstance(value, dict) and value:
-                leaves(value, path + ".")
-            else:
-                documented_leaves.append(f"UNDOCUMENTED {path}")
+    def annotations_only(node: dict) -> bool:
+        return set(node) <= {"description", "default", "properties"} and all(
+            annotations_only(child) for child in node.get("properties", {}).values())
 
-    leaves(yaml.safe_load(text))
-    assert not [p for p in documented_leaves if p.startswith("UNDOCUMENTED")]
-    for param in params:
-        assert f"| `{param}` |" in readme, param
+    def beside_refs(node):
+        if isinstance(node, dict):
+            if "$ref" in node and not annotations_only({k: v for k, v in node.items() if k != "$ref"}):
+                yield node
+            for value in node.values():
+                yield from beside_refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from beside_refs(value)
+
+    assert not list(beside_refs(schema))
+    assert "worker" not in json.dumps(schema["$defs"]["workerGroup"]["properties"])
+
+
+def test_a_disabled_group_is_off_whichever_switch_is_used():
+    extra = {"replicas": 1, "minReplicas": 0, "maxReplicas": 1, "resources": {"cpu": 1, "memory": "1Gi"}}
+    [cluster] = by_kind(render(additionalWorkerGroups={"a": {**extra, "disabled": True}, "b": {**extra, "enabled": False},
+                                                       "c": {**extra, "gpus": 1}}), "RayCluster")
+    names = [name for name, _ in groups(cluster)]
+    assert names == ["head", "worker", "c"]
+    [c] = [g for name, g in groups(cluster) if name == "c"]
+    assert c["rayStartParams"]["num-gpus"] == "1" and c["template"]["spec"]["containers"][0]["image"].endswith("-gpu")
 
 
 def group_env(group: dict) -> dict:

@@ -7,6 +7,7 @@ artifact checks it runs after each RayJob. The kind run itself is tests/e2e/test
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -29,7 +30,7 @@ RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
 EMULATE_TIMEOUT_S = 1200
 PLACEHOLDER_IP = "10.96.0.100"  # stands in for <nfs-server-cluster-ip>, known only on a live cluster
 STEPS = ["Preflight", "Validate offline", "kind cluster", "KubeRay operator v1.7.0", "Image", "Shared storage",
-         "Our chart", "RayJob run 1", "RayJob run 2", "Teardown"]
+         "Capacity", "Our chart", "RayJob run 1", "RayJob run 2", "Teardown"]
 
 
 def crd_dir() -> Path:
@@ -106,7 +107,7 @@ def test_plan_prints_every_step_in_order(tmp_path):
 
 
 def test_plan_commands_follow_the_user_path(tmp_path):
-    lines = [" ".join(words) for words in commands(plan(tmp_path))]
+    lines = [" ".join(words).replace(str(tmp_path / "artifacts"), "/ARTIFACTS") for words in commands(plan(tmp_path))]
 
     def index(fragment: str) -> int:
         found = [i for i, line in enumerate(lines) if fragment in line]
@@ -121,15 +122,26 @@ def test_plan_commands_follow_the_user_path(tmp_path):
         "apply --server-side --force-conflicts -f",  # the CRDs
         "wait --for=condition=Established crd/rayclusters.ray.io crd/rayjobs.ray.io",
         "upgrade --install kuberay-operator",
-        "scripts/build-image --kind-load raytrain",
+        "scripts/build-image",
+        # Docker 29's containerd image store breaks `kind load docker-image` (kind issue 3795): an archive loads.
+        "docker save --output /ARTIFACTS/work/image.tar ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+        "kind load image-archive /ARTIFACTS/work/image.tar --name raytrain",
+        # nfsd checked in the kernel that runs the node, whatever the host OS, before waiting on the NFS server.
+        "docker exec raytrain-control-plane sh -c grep -qw nfsd /proc/filesystems || modprobe nfsd",
         "apply -f manifests/kind/nfs-server.yaml",
         "rollout status deployment/nfs-server",
+        "template raytrain helm/raytrain-cluster",
+        "get node raytrain-control-plane -o json",
+        "tests.e2e.kind_capacity --node /ARTIFACTS/work/node.json --pods /ARTIFACTS/work/pods.json "
+        "/ARTIFACTS/work/chart.yaml manifests/rayjob.yaml",
         "upgrade --install raytrain helm/raytrain-cluster",
         "wait --for=jsonpath={.status.state}=ready raycluster/raytrain",
         "apply -f manifests/rayjob.yaml",
         "get rayjob raytrain-linear -o jsonpath={.status.jobDeploymentStatus} {.status.jobStatus}",
         "tests.e2e.kind_artifacts",  # run 1 checked
         "delete -f manifests/rayjob.yaml",
+        # The pod loss waits on the first complete checkpoint, not on polled epoch counts.
+        "timeout 600 sh -c until ls /mnt/shared/runs/linear/checkpoint_*/meta.json",
         "delete pod <worker-pod>",
         "--killed-pod <worker-pod>",  # run 2 checked, resume included
         "kind delete cluster --name raytrain",
@@ -137,13 +149,16 @@ def test_plan_commands_follow_the_user_path(tmp_path):
     positions = [index(fragment) for fragment in order]
     assert positions == sorted(positions), list(zip(order, positions))
     assert "--skip-crds" in lines[index("upgrade --install kuberay-operator")]
+    assert not [line for line in lines if "kind load docker-image" in line or "--kind-load" in line]
+    assert not [line for line in lines if "metrics.jsonl | wc -l" in line and "delete pod" not in line
+                and lines.index(line) < index("delete pod <worker-pod>")], "epoch polling before the pod loss"
 
 
 def test_every_cluster_command_targets_the_kind_context_only(tmp_path):
     for words in commands(plan(tmp_path)):
         if tool(words) == "kubectl":
             assert words[1:3] == ["--context", "kind-raytrain"], words
-        if tool(words) == "helm" and words[1] not in ("repo", "pull"):
+        if tool(words) == "helm" and words[1] not in ("repo", "pull", "template"):
             assert words[1:3] == ["--kube-context", "kind-raytrain"], words
 
 
@@ -301,3 +316,59 @@ def test_artifact_checks_pass_on_a_real_finished_rayjob_and_catch_a_missing_resu
                                         "--newest-checkpoint-before", "5", "--interval", "5"],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert claimed.returncode == 1 and "never resumed from a checkpoint" in claimed.stderr, claimed.stderr
+
+
+def test_skip_build_loads_the_image_already_built_through_an_archive(tmp_path):
+    words = commands(plan(tmp_path, SKIP_BUILD="1"))
+    assert not [w for w in words if w[0] == "scripts/build-image"]
+    loads = [w for w in words if tool(w) in ("docker", "kind") and ("save" in w or "load" in w)]
+    assert [w[:3] for w in loads] == [["docker", "save", "--output"], ["/nonexistent/kind", "load", "image-archive"]]
+
+
+# --------------------------------------------------------------------------------------------------- capacity preflight
+
+def kind_node(cpu: str, memory: str) -> dict:
+    return {"metadata": {"name": "raytrain-control-plane"}, "status": {"allocatable": {"cpu": cpu, "memory": memory}}}
+
+
+def node_pod(name: str, cpu: str, memory: str, node: str = "raytrain-control-plane", phase: str = "Running") -> dict:
+    return {"metadata": {"name": name}, "status": {"phase": phase},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}
+
+
+# What a fresh kind node runs before the chart (kube-system, the KubeRay operator, the NFS server) requests.
+KIND_SYSTEM_PODS = {"items": [node_pod("kube-apiserver", "250m", "0"), node_pod("kube-controller-manager", "200m", "0"),
+                              node_pod("kube-scheduler", "100m", "0"), node_pod("etcd", "100m", "100Mi"),
+                              node_pod("coredns-1", "100m", "70Mi"), node_pod("coredns-2", "100m", "70Mi"),
+                              node_pod("kindnet", "100m", "50Mi"), node_pod("kuberay-operator", "100m", "512Mi"),
+                              node_pod("nfs-server", "100m", "128Mi"),
+                              node_pod("elsewhere", "8", "64Gi", node="other-node"),
+                              node_pod("done", "8", "64Gi", phase="Succeeded")]}
+
+
+def capacity(tmp_path: Path, node: dict, pods: dict = KIND_SYSTEM_PODS) -> subprocess.CompletedProcess:
+    files, sets = values_of(chart_install(plan(tmp_path)))
+    sets["sharedStorage.nfs.server"] = PLACEHOLDER_IP
+    (tmp_path / "chart.yaml").write_text(yaml.safe_dump_all(render_chart(CHART, files, sets, release_name="raytrain")))
+    (tmp_path / "node.json").write_text(json.dumps(node))
+    (tmp_path / "pods.json").write_text(json.dumps(pods))
+    return subprocess.run([sys.executable, "-m", "tests.e2e.kind_capacity", "--node", str(tmp_path / "node.json"),
+                           "--pods", str(tmp_path / "pods.json"), str(tmp_path / "chart.yaml"), "manifests/rayjob.yaml"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(tmp_path):
+    result = capacity(tmp_path, kind_node("4", "8025424Ki"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    # head + 2 workers (1 CPU, 2Gi each) and the submitter (500m, 512Mi) on top of 1.15 CPU already requested.
+    assert "pods on it request 1.15 CPU" in result.stderr and "to apply 3.5 CPU, 6.5Gi" in result.stderr
+    assert "RayCluster raytrain worker: 1 CPU, 2.0Gi" in result.stderr
+    assert "short by 0.65 CPU: pods would stay Pending" in result.stderr and "memory" not in result.stderr.split("short by")[1].split(":")[0]
+    assert "Docker Desktop: Settings > Resources" in result.stderr
+
+
+def test_capacity_passes_where_the_node_has_room_and_names_memory_when_it_is_short(tmp_path):
+    roomy = capacity(tmp_path, kind_node("8", "16Gi"))
+    assert roomy.returncode == 0 and "to apply 3.5 CPU, 6.5Gi" in roomy.stdout, roomy.stdout + roomy.stderr
+    tight = capacity(tmp_path, kind_node("8", "6Gi"))
+    assert tight.returncode == 1 and "short by 1.4Gi of memory" in tight.stderr, tight.stderr

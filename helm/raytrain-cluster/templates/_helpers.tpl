@@ -45,82 +45,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-shared" (include "raytrain.fullname" .)) .Values.sharedStorage.existingClaim }}
 {{- end }}
 
-{{/* Enabled worker groups as a list of dicts {name, values, gpus}; the one place that knows the three kinds of group. */}}
+{{/*
+Enabled worker groups as a list of dicts {name, key, values, gpus}; the one place that knows the three kinds of group.
+Every group has the same shape: it is on unless `enabled: false` or `disabled: true`; gpus (default 0) sets its GPUs.
+*/}}
 {{- define "raytrain.workerGroups" -}}
-{{- $groups := list }}
-{{- if .Values.worker.enabled }}
-{{- $groups = append $groups (dict "name" "worker" "key" "worker" "values" .Values.worker "gpus" 0) }}
-{{- end }}
-{{- if .Values.gpuWorker.enabled }}
-{{- $groups = append $groups (dict "name" "gpu" "key" "gpuWorker" "values" .Values.gpuWorker "gpus" (int .Values.gpuWorker.gpus)) }}
-{{- end }}
+{{- $all := list (list "worker" "worker" .Values.worker) (list "gpu" "gpuWorker" .Values.gpuWorker) }}
 {{- range $name, $group := .Values.additionalWorkerGroups }}
-{{- if not $group.disabled }}
-{{- $groups = append $groups (dict "name" $name "key" (printf "additionalWorkerGroups.%s" $name) "values" $group "gpus" (int (default 0 $group.gpus))) }}
+{{- $all = append $all (list $name (printf "additionalWorkerGroups.%s" $name) $group) }}
+{{- end }}
+{{- $groups := list }}
+{{- range $entry := $all }}
+{{- $v := index $entry 2 }}
+{{- if and (ne (toString (dig "enabled" true $v)) "false") (not (dig "disabled" false $v)) }}
+{{- $groups = append $groups (dict "name" (index $entry 0) "key" (index $entry 1) "values" $v "gpus" (int (dig "gpus" 0 $v))) }}
 {{- end }}
 {{- end }}
 {{- toJson (dict "groups" $groups) }}
 {{- end }}
 
-{{/*
-validateValues: fail early, with the value to change and how, on what the schema cannot express.
-*/}}
-{{- define "raytrain.validateValues" -}}
-{{- $errors := list }}
-{{- $fullname := include "raytrain.fullname" . }}
-{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $fullname) }}
-{{- $errors = append $errors (printf "RayCluster name %q is not a DNS-1035 label (KubeRay requires one): pick a release name (or fullnameOverride) that starts with a letter and has only a-z, 0-9 and '-'" $fullname) }}
-{{- end }}
-{{- $s := .Values.sharedStorage }}
-{{- if $s.enabled }}
-{{- $sources := 0 }}
-{{- if $s.existingClaim }}{{ $sources = add1 $sources }}{{ end }}
-{{- if or $s.nfs.server $s.nfs.path }}{{ $sources = add1 $sources }}{{ end }}
-{{- if $s.hostPath }}{{ $sources = add1 $sources }}{{ end }}
-{{- if gt $sources 1 }}
-{{- $errors = append $errors "sharedStorage: set only one of existingClaim, nfs.server/nfs.path and hostPath" }}
-{{- end }}
-{{- if and $s.nfs.server (not $s.nfs.path) }}
-{{- $errors = append $errors "sharedStorage.nfs.server is set but sharedStorage.nfs.path is empty: set the exported path, e.g. --set sharedStorage.nfs.path=/exports/raytrain" }}
-{{- end }}
-{{- if and $s.nfs.path (not $s.nfs.server) }}
-{{- $errors = append $errors "sharedStorage.nfs.path is set but neither sharedStorage.nfs.server nor sharedStorage.existingClaim is: set the NFS server, e.g. --set sharedStorage.nfs.server=10.0.0.2" }}
-{{- end }}
-{{- end }}
-{{- $tag := include "raytrain.imageTag" . }}
-{{- $imageRay := regexFind "ray[0-9]+[.][0-9]+[.][0-9]+" $tag | trimPrefix "ray" }}
-{{- if and $imageRay (ne $imageRay (toString .Values.rayVersion)) }}
-{{- $errors = append $errors (printf "image.tag %q carries Ray %s but rayVersion is %s: make them agree (leave image.tag empty to derive it from rayVersion)" $tag $imageRay (toString .Values.rayVersion)) }}
-{{- end }}
-{{- if and .Values.auth.enabled (not (semverCompare ">=2.52.0-0" (toString .Values.rayVersion))) }}
-{{- $errors = append $errors (printf "auth.enabled needs Ray >= 2.52.0 but rayVersion is %s: raise rayVersion or set auth.enabled=false" (toString .Values.rayVersion)) }}
-{{- end }}
-{{- $groups := (include "raytrain.workerGroups" . | fromJson).groups }}
-{{- if not $groups }}
-{{- $errors = append $errors "no worker group is enabled: set worker.enabled=true, gpuWorker.enabled=true or add an additionalWorkerGroups entry" }}
-{{- end }}
-{{- range $name := list "worker" "gpu" }}
-{{- if hasKey $.Values.additionalWorkerGroups $name }}
-{{- $errors = append $errors (printf "additionalWorkerGroups.%s: the name %q belongs to a built-in group: rename the entry" $name $name) }}
-{{- end }}
-{{- end }}
-{{- range $g := $groups }}
-{{- $v := $g.values }}
-{{- if not (and (le (int $v.minReplicas) (int $v.replicas)) (le (int $v.replicas) (int $v.maxReplicas))) }}
-{{- $errors = append $errors (printf "%s: need minReplicas <= replicas <= maxReplicas, got %v <= %v <= %v" $g.key $v.minReplicas $v.replicas $v.maxReplicas) }}
-{{- end }}
-{{- if not (regexMatch "^[1-9][0-9]*$" (toString $v.resources.cpu)) }}
-{{- $errors = append $errors (printf "%s.resources.cpu is %v: use a whole number of CPUs so that Ray's num-cpus equals the limit" $g.key $v.resources.cpu) }}
-{{- end }}
-{{- range $param := list "num-cpus" "num-gpus" }}
-{{- if hasKey (default dict $v.rayStartParams) $param }}
-{{- $errors = append $errors (printf "%s.rayStartParams.%s is set: remove it, the chart derives it from %s.resources/gpus so Ray and Kubernetes agree" $g.key $param $g.key) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- if $errors }}
-{{- fail (printf "\n\nraytrain-cluster: invalid values:\n  - %s\n" (join "\n  - " $errors)) }}
-{{- end }}
+{{/* The head and the enabled worker groups, same shape as raytrain.workerGroups. */}}
+{{- define "raytrain.rayGroups" -}}
+{{- $head := dict "name" "head" "key" "head" "values" .Values.head "gpus" 0 }}
+{{- toJson (dict "groups" (prepend (include "raytrain.workerGroups" . | fromJson).groups $head)) }}
 {{- end }}
 
 {{/* requests = limits (Guaranteed QoS, and Ray sees exactly what Kubernetes reserved). */}}
@@ -169,6 +116,10 @@ spec:
   affinity:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+  {{- if and .head $root.Values.sharedStorage.enabled $root.Values.sharedStorage.volumePermissions.enabled }}
+  initContainers:
+    {{- include "raytrain.volumePermissions" $root | nindent 4 }}
+  {{- end }}
   containers:
     - name: {{ .container }}
       image: {{ include "raytrain.image" (dict "root" $root "gpu" (gt (int .gpus) 0)) }}
@@ -196,19 +147,26 @@ spec:
         - {name: metrics, containerPort: 8080}
       resources:
         {{- include "raytrain.resources" (dict "resources" $v.resources "gpus" .gpus) | nindent 8 }}
+      {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled }}
       volumeMounts:
+        {{- if $root.Values.shmSize }}
         - name: dshm
           mountPath: /dev/shm
+        {{- end }}
         {{- if $root.Values.sharedStorage.enabled }}
         - name: shared
           mountPath: {{ $root.Values.sharedStorage.mountPath }}
         {{- end }}
+      {{- end }}
+  {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled }}
   volumes:
-    # Ray's object store and torch DataLoader workers need more shared memory than the 64Mi default.
+    {{- if $root.Values.shmSize }}
+    # shmSize replaces the /dev/shm KubeRay adds when none is mounted (sized to the container's memory limit).
     - name: dshm
       emptyDir:
         medium: Memory
         sizeLimit: {{ $root.Values.shmSize }}
+    {{- end }}
     {{- if $root.Values.sharedStorage.enabled }}
     - name: shared
       {{- if $root.Values.sharedStorage.hostPath }}
@@ -220,4 +178,44 @@ spec:
         claimName: {{ include "raytrain.sharedClaimName" $root }}
       {{- end }}
     {{- end }}
+  {{- end }}
+{{- end }}
+
+{{/*
+Init container of the head pod (sharedStorage.volumePermissions): gives the shared volume's root to the Ray user
+once, for NFS exports owned by root (the in-tree NFS plugin ignores fsGroup). Root, but only the three
+capabilities chown/chmod need, no privilege escalation, a read-only root filesystem. A root-squashing export
+refuses root's chown: then it says which export settings avoid the whole step.
+*/}}
+{{- define "raytrain.volumePermissions" -}}
+{{- $uid := int .Values.podSecurityContext.runAsUser }}
+{{- $gid := int (default .Values.podSecurityContext.runAsGroup .Values.podSecurityContext.fsGroup) }}
+{{- $path := .Values.sharedStorage.mountPath }}
+- name: volume-permissions
+  image: {{ include "raytrain.image" (dict "root" . "gpu" false) }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: ["/bin/sh", "-c"]
+  args:
+    - |
+      owner="$(stat -c %u:%g {{ $path }})"
+      if [ "$owner" = "{{ $uid }}:{{ $gid }}" ]; then echo "{{ $path }} is owned by {{ $uid }}:{{ $gid }}: nothing to do"; exit 0; fi
+      if chown {{ $uid }}:{{ $gid }} {{ $path }} && chmod u+rwx,g+rwxs {{ $path }}; then
+        echo "{{ $path }}: owner $owner -> {{ $uid }}:{{ $gid }}"; exit 0
+      fi
+      echo "cannot give {{ $path }} (owner $owner) to uid {{ $uid }}, gid {{ $gid }}: the NFS export squashes root. Export it with all_squash,anonuid={{ $uid }},anongid={{ $gid }}, or chown {{ $uid }}:{{ $gid }} the exported directory on the server, then set sharedStorage.volumePermissions.enabled=false" >&2
+      exit 1
+  securityContext:
+    runAsUser: 0
+    runAsGroup: 0
+    runAsNonRoot: false
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: ["ALL"]
+      add: ["CHOWN", "FOWNER", "DAC_OVERRIDE"]
+  resources:
+    {{- include "raytrain.resources" (dict "resources" .Values.sharedStorage.volumePermissions.resources "gpus" 0) | nindent 4 }}
+  volumeMounts:
+    - name: shared
+      mountPath: {{ $path }}
 {{- end }}

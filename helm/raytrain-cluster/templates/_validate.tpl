@@ -1,0 +1,155 @@
+{{/*
+validateValues: fail early, naming the value to change and how, on what values.schema.json cannot express.
+One named check per rule below; each prints its messages, one a line (nothing when the values are fine).
+*/}}
+{{- define "raytrain.validateValues" -}}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" }}
+{{- $messages := list }}
+{{- range $check := $checks }}
+{{- range $line := splitList "\n" (include (printf "raytrain.validateValues.%s" $check) $) }}
+{{- if trim $line }}{{ $messages = append $messages (trim $line) }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if $messages }}
+{{- fail (printf "\n\nraytrain-cluster: invalid values:\n  - %s\n" (join "\n  - " $messages)) }}
+{{- end }}
+{{- end }}
+
+{{/* KubeRay requires the RayCluster name to be a DNS-1035 label. */}}
+{{- define "raytrain.validateValues.clusterName" -}}
+{{- $fullname := include "raytrain.fullname" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $fullname) }}
+RayCluster name {{ $fullname | quote }} is not a DNS-1035 label (KubeRay requires one): pick a release name (or fullnameOverride) that starts with a letter and has only a-z, 0-9 and '-'
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.storageSources" -}}
+{{- $s := .Values.sharedStorage }}
+{{- if $s.enabled }}
+{{- $sources := 0 }}
+{{- if $s.existingClaim }}{{ $sources = add1 $sources }}{{ end }}
+{{- if or $s.nfs.server $s.nfs.path }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $s.hostPath }}{{ $sources = add1 $sources }}{{ end }}
+{{- if gt $sources 1 }}
+sharedStorage: set only one of existingClaim, nfs.server/nfs.path and hostPath
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.nfsServerAndPath" -}}
+{{- $s := .Values.sharedStorage }}
+{{- if $s.enabled }}
+{{- if and $s.nfs.server (not $s.nfs.path) }}
+sharedStorage.nfs.server is set but sharedStorage.nfs.path is empty: set the exported path, e.g. --set sharedStorage.nfs.path=/exports/raytrain
+{{- end }}
+{{- if and $s.nfs.path (not $s.nfs.server) }}
+sharedStorage.nfs.path is set but neither sharedStorage.nfs.server nor sharedStorage.existingClaim is: set the NFS server, e.g. --set sharedStorage.nfs.server=10.0.0.2
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* rayVersion is written once: an explicit image tag must carry the same Ray. */}}
+{{- define "raytrain.validateValues.imageRayVersion" -}}
+{{- $tag := include "raytrain.imageTag" . }}
+{{- $imageRay := regexFind "ray[0-9]+[.][0-9]+[.][0-9]+" $tag | trimPrefix "ray" }}
+{{- if and $imageRay (ne $imageRay (toString .Values.rayVersion)) }}
+image.tag {{ $tag | quote }} carries Ray {{ $imageRay }} but rayVersion is {{ .Values.rayVersion }}: make them agree (leave image.tag empty to derive it from rayVersion)
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.authRayVersion" -}}
+{{- if and .Values.auth.enabled (not (semverCompare ">=2.52.0-0" (toString .Values.rayVersion))) }}
+auth.enabled needs Ray >= 2.52.0 but rayVersion is {{ .Values.rayVersion }}: raise rayVersion or set auth.enabled=false
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.someWorkerGroup" -}}
+{{- if not (include "raytrain.workerGroups" . | fromJson).groups }}
+no worker group is enabled: set worker.enabled=true, gpuWorker.enabled=true or add an additionalWorkerGroups entry
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.builtinGroupNames" -}}
+{{- range $name := list "worker" "gpu" }}
+{{- if hasKey $.Values.additionalWorkerGroups $name }}
+additionalWorkerGroups.{{ $name }}: the name {{ $name | quote }} belongs to a built-in group: rename the entry
+{{ end }}
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.replicaBounds" -}}
+{{- range $g := (include "raytrain.workerGroups" . | fromJson).groups }}
+{{- $v := $g.values }}
+{{- if not (and (le (int $v.minReplicas) (int $v.replicas)) (le (int $v.replicas) (int $v.maxReplicas))) }}
+{{ $g.key }}: need minReplicas <= replicas <= maxReplicas, got {{ $v.minReplicas }} <= {{ $v.replicas }} <= {{ $v.maxReplicas }}
+{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The schema checks the shape; this names the group when values came through --set as another type. */}}
+{{- define "raytrain.validateValues.wholeCpus" -}}
+{{- range $g := (include "raytrain.workerGroups" . | fromJson).groups }}
+{{- if not (regexMatch "^[1-9][0-9]*$" (toString $g.values.resources.cpu)) }}
+{{ $g.key }}.resources.cpu is {{ $g.values.resources.cpu }}: use a whole number of CPUs so that Ray's num-cpus equals the limit
+{{ end }}
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.derivedRayStartParams" -}}
+{{- range $g := (include "raytrain.workerGroups" . | fromJson).groups }}
+{{- range $param := list "num-cpus" "num-gpus" }}
+{{- if hasKey (default dict $g.values.rayStartParams) $param }}
+{{ $g.key }}.rayStartParams.{{ $param }} is set: remove it, the chart derives it from {{ $g.key }}.resources/gpus so Ray and Kubernetes agree
+{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A shmSize of our own replaces the /dev/shm KubeRay would size to the memory limit (pod.go addEmptyDir), so it must
+hold the object store Ray 2.55 creates there: 30% of the node's memory, at most 200 GB, or rayStartParams
+object-store-memory (ray/_private/utils.py resolve_object_store_memory). Smaller, Ray puts the store in /tmp
+("This will harm performance").
+*/}}
+{{- define "raytrain.validateValues.shmFitsObjectStore" -}}
+{{- with .Values.shmSize }}
+{{- $shm := include "raytrain.bytes" . | float64 }}
+{{- range $g := (include "raytrain.rayGroups" $ | fromJson).groups }}
+{{- $store := include "raytrain.objectStoreBytes" $g.values | float64 }}
+{{- if lt $shm $store }}
+shmSize {{ $.Values.shmSize }} is below the object store Ray creates in /dev/shm on {{ $g.key }} ({{ include "raytrain.humanBytes" $store }}: 30% of its memory {{ $g.values.resources.memory }}, or its object-store-memory): raise shmSize to at least {{ include "raytrain.humanBytes" $store }}, or leave shmSize empty so that KubeRay sizes /dev/shm to each group's memory limit
+{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A PodMonitor's scraper must get through the NetworkPolicy to port 8080. */}}
+{{- define "raytrain.validateValues.scraperAdmitted" -}}
+{{- $m := .Values.metrics }}
+{{- if and $m.podMonitor.enabled .Values.networkPolicy.enabled (not $m.prometheus.namespace) (not $m.allowFrom) }}
+metrics.podMonitor.enabled with networkPolicy.enabled needs the scraper admitted to port 8080: set metrics.prometheus.namespace (and metrics.prometheus.podLabels) to your Prometheus, or list it in metrics.allowFrom
+{{- end }}
+{{- end }}
+
+{{/* Kubernetes quantity -> bytes (a float), for comparisons; the schema has checked the syntax. */}}
+{{- define "raytrain.bytes" -}}
+{{- $q := toString . }}
+{{- $number := regexFind "^[0-9]+([.][0-9]+)?" $q }}
+{{- $unit := trimPrefix $number $q }}
+{{- $units := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 }}
+{{- printf "%.0f" (mulf (float64 $number) (get $units $unit)) }}
+{{- end }}
+
+{{- define "raytrain.humanBytes" -}}
+{{- printf "%.0fMi" (ceil (divf (float64 .) 1048576.0)) }}
+{{- end }}
+
+{{/* Bytes Ray 2.55 gives the object store of a group (its values): rayStartParams object-store-memory, else 30% of memory capped at 200 GB. */}}
+{{- define "raytrain.objectStoreBytes" -}}
+{{- $explicit := dig "object-store-memory" "" (default dict .rayStartParams) }}
+{{- if $explicit }}
+{{- printf "%.0f" (float64 $explicit) }}
+{{- else }}
+{{- printf "%.0f" (minf (mulf 0.3 (include "raytrain.bytes" .resources.memory | float64)) 200e9) }}
+{{- end }}
+{{- end }}
