@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scripts/bench", description="measure raytrain against raw PyTorch: throughput, ingest, time to first "
                                           "step, recovery, scaling, GPU (JSON lines, results.json, bench.png)")
-    parser.add_argument("parts", nargs="*", metavar="PART", help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
+    parser.add_argument("parts", nargs="*", metavar="PART",
+                        help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
     parser.add_argument("--rounds", type=int, default=d.rounds, help="interleaved rounds per figure (>= 1)")
     parser.add_argument("--out", default=d.out_dir, metavar="DIR", help="where results.json and bench.png go")
     parser.add_argument("--steps", type=int, default=d.steps, help="timed training steps per side and round")

@@ -158,13 +158,23 @@ def run_started(run_dir: Path, after: float, timeout: float, alive: Callable[[],
                     alive)
 
 
+def timed_job_dir(work: Path, name: str, preset: str, probe_path: str) -> Path:
+    """The working dir of a job whose first step p3 or p4 times: `preset` as job.yaml. With first_step_time, the
+    one place that changes when the probe takes over: then the config is probed_config(the preset's YAML,
+    probe_path) and the bench package ships with it (ship_bench=True). `probe_path` is where the probe's file
+    is as the job sees it."""
+    from raytrain.config import resolve_config_path
+
+    return job_dir(work, name, resolve_config_path(preset))
+
+
 def first_step_time(run_dir: Path, after: float, timeout: float, alive: Callable[[], bool]) -> Optional[float]:
     """When rank 0 of the run in `run_dir` finished its first optimizer step at or after `after` (epoch seconds),
     or None if the job ended or `timeout` passed first. The one place that knows how this is read.
 
     Today: the `first_step` row that training/loop.py writes to events.jsonl. Once run configs take
-    `_component_`, the job's config wraps its model in bench.probes.FirstStepProbe (probed_config) and this reads
-    the probe's rows instead: `runs.read_jsonl(probe_file(run_dir))`, rows with event probes.STEP_DONE."""
+    `_component_`, timed_job_dir wraps the model in bench.probes.FirstStepProbe and this reads the probe's rows
+    instead: `runs.read_jsonl(probe_file(run_dir))`, those whose event is probes.STEP_DONE."""
     from raytrain import runs
 
     row = wait_row(lambda: [r for r in runs.read_events(run_dir) if r.get("event") == "first_step"], after,

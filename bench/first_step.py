@@ -19,18 +19,16 @@ from pathlib import Path
 from typing import Callable
 
 from bench.cluster import (TRAIN_CONTROLLER_CLASS, WORKER_GROUP_REQUESTED, WORKER_GROUP_STARTED, FollowedJob,
-                           actor_created_time, first_step_time, job_dir, run_started)
+                           actor_created_time, first_step_time, probe_file, run_started, timed_job_dir)
 from bench.harness import TARGETS, BenchSettings, cpu_busy_seconds, figure, interleaved, summary
 from bench.workload import importable_env
 
 
 def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     """Submission to first optimizer step of `raytrain run PRESET --smoke-test` on the running cluster."""
-    from raytrain.config import resolve_config_path
-
     name = f"p3-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
-    wd = job_dir(work, name, resolve_config_path(s.p3_preset))
+    wd = timed_job_dir(work, name, s.p3_preset, str(probe_file(Path(storage) / name)))
     busy_before = cpu_busy_seconds()
     job = FollowedJob(cluster, f"raytrain run job.yaml --smoke-test --name {name} --storage {storage} "
                                f"--address auto", wd, name)
@@ -65,21 +63,20 @@ def p3_cold_round(s: BenchSettings, work: Path, r: int) -> dict:
     """Process start to first optimizer step of `raytrain run job.yaml --smoke-test` on an embedded Ray, started in
     a working dir like the running side's."""
     from raytrain import runs
-    from raytrain.config import resolve_config_path
 
     name = f"cold-{r}"
-    storage = work / "cold"
-    wd = job_dir(work, name, resolve_config_path(s.p3_preset))
+    run_dir = runs.run_dir_of(str(work / "cold"), name)
+    wd = timed_job_dir(work, name, s.p3_preset, str(probe_file(run_dir)))
     temp = tempfile.mkdtemp(prefix="rtb", dir="/tmp")
     env = importable_env({k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
                          RAY_TMPDIR=temp)  # its own Ray temp dir, never the shared /tmp/ray
     t0 = time.time()
     proc = subprocess.Popen([sys.executable, "-m", "raytrain.cli", "run", "job.yaml", "--smoke-test", "--name",
-                             name, "--storage", str(storage)], cwd=wd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                             name, "--storage", str(run_dir.parent)], cwd=wd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output = ""
     try:
-        step = first_step_time(runs.run_dir_of(str(storage), name), t0, 300, lambda: proc.poll() is None)
+        step = first_step_time(run_dir, t0, 300, lambda: proc.poll() is None)
         output, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.cluster import (FAILURE_DECIDED, FollowedJob, controller_log_time, first_step_time, job_dir,
-                           kill_training_node, run_started)
+from bench.cluster import (FAILURE_DECIDED, FollowedJob, controller_log_time, first_step_time, kill_training_node,
+                           probe_file, run_started, timed_job_dir)
 from bench.harness import TARGETS, BenchSettings, figure, summary
 
 
@@ -16,11 +16,10 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
     """Kill a worker node mid-run, start it again as the RayCluster controller would, and time the next optimizer
     step; count the completed epochs that are trained again."""
     from raytrain import runs
-    from raytrain.config import resolve_config_path
 
     name = f"p4-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
-    wd = job_dir(work, name, resolve_config_path(s.p3_preset))
+    wd = timed_job_dir(work, name, s.p3_preset, str(probe_file(Path(storage) / name)))
     job = FollowedJob(cluster, f"raytrain run job.yaml --name {name} --storage {storage} --address auto "
                                f"--set train.epochs={s.p4_epochs} --set run.checkpoint_every=1 "
                                f"--set run.max_failures=3", wd, name)

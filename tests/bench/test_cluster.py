@@ -46,6 +46,8 @@ def test_job_dir_holds_the_config_as_job_yaml_and_the_bench_package_only_when_as
     assert yaml.safe_load((shipped / "job.yaml").read_text()) == {"model": {"name": "mlp"}}
     assert (shipped / "bench" / "probes.py").exists() and (shipped / "bench" / "scaling.py").exists()
     assert not list(shipped.rglob("__pycache__"))
+    timed = cluster.timed_job_dir(tmp_path, "p4-0", "digits", str(tmp_path / "p4-0.first-step.jsonl"))
+    assert (timed / "job.yaml").read_text() == preset.read_text()  # the preset as is, until the probe takes over
 
 
 def test_the_probed_config_wraps_the_model_and_keeps_everything_else(tmp_path):

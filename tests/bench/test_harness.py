@@ -15,7 +15,8 @@ from bench import harness
 @pytest.mark.parametrize("values, expected", [
     ([3.0, 1.0, 2.0], {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}),
     ([4.0, 1.0], {"median": 2.5, "min": 1.0, "max": 4.0, "n": 2}),
-    ([None, 5.0, float("nan"), float("inf")], {"median": 5.0, "min": 5.0, "max": 5.0, "n": 1}),  # failed rounds left out
+    # failed rounds are left out
+    ([None, 5.0, float("nan"), float("inf")], {"median": 5.0, "min": 5.0, "max": 5.0, "n": 1}),
     ([], {"median": None, "min": None, "max": None, "n": 0}),
 ])
 def test_summary(values, expected):

@@ -18,8 +18,8 @@ def test_normalise_matches_torchvision_to_tensor_and_normalize():
     assert x.shape == (4, 32, 32, 3) and x.dtype == np.uint8 and y.dtype == np.int64
     out = workload.normalise_batch({"x": x, "y": y})
     assert out["x"].shape == (4, 3, 32, 32) and out["x"].dtype == np.float32
-    expected = (torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255.0
-                - torch.tensor(workload.CIFAR_MEAN).view(1, 3, 1, 1)) / torch.tensor(workload.CIFAR_STD).view(1, 3, 1, 1)
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in (workload.CIFAR_MEAN, workload.CIFAR_STD))
+    expected = (torch.from_numpy(x).permute(0, 3, 1, 2).float() / 255.0 - mean) / std
     assert torch.allclose(torch.from_numpy(out["x"]), expected, atol=1e-6)
     xs, ys = workload.collate_normalised([(x[i], y[i]) for i in range(4)])
     assert torch.equal(xs, torch.from_numpy(out["x"])) and torch.equal(ys, torch.from_numpy(y))
