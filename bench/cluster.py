@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional, TextIO
 
-from bench.workload import BENCH_ROOT
+from bench.harness import BENCH_ROOT
 
 # Ray Train's own controller log lines (not raytrain's): when it asks for a worker group, when the group is up,
 # and when it decided what to do about a failed worker.
@@ -82,7 +82,7 @@ def job_dir(work: Path, name: str, config: Optional[Path | dict] = None, ship_be
 
 
 class FollowedJob:
-    """A job submitted like KubeRay's submitter does, its log followed with each line's arrival time."""
+    """A job submitted like KubeRay's submitter does, its log followed (for its status and its tail)."""
 
     def __init__(self, cluster, entrypoint: str, working_dir: Path, job_id: str):
         self.cluster, self.job_id = cluster, job_id
@@ -93,7 +93,7 @@ class FollowedJob:
                         "--runtime-env-json", json.dumps({"working_dir": str(working_dir)}), "--",
                         *shlex.split(entrypoint)], env=self.env, check=True, capture_output=True, text=True)
         self.submit_returned = time.time()
-        self.lines: list[tuple[float, str]] = []
+        self.lines: list[str] = []
         self.follower = subprocess.Popen([ray_cli(), "job", "logs", *address, "--follow", job_id], env=self.env,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -101,14 +101,10 @@ class FollowedJob:
 
     def _read(self) -> None:
         for line in self.follower.stdout:
-            self.lines.append((time.time(), line.rstrip()))
+            self.lines.append(line.rstrip())
 
     def alive(self) -> bool:
         return self.follower.poll() is None
-
-    def first(self, marker: str, after: float = 0.0) -> Optional[float]:
-        """When a log line holding `marker` first arrived at or after `after`."""
-        return next((t for t, line in list(self.lines) if marker in line and t >= after), None)
 
     def wait(self, timeout: float = 600) -> str:
         try:
@@ -118,14 +114,14 @@ class FollowedJob:
         self.reader.join(timeout=5)
         status = subprocess.run([ray_cli(), "job", "status", "--address", self.cluster.dashboard_url, self.job_id],
                                 env=self.env, capture_output=True, text=True)
-        text = (status.stdout + status.stderr + "\n".join(line for _, line in self.lines[-5:])).upper()
+        text = (status.stdout + status.stderr + "\n".join(self.lines[-5:])).upper()
         for state in ("SUCCEEDED", "FAILED", "STOPPED"):
             if state in text:
                 return state
         return "UNKNOWN"
 
     def tail(self, n: int = 15) -> str:
-        return "\n".join(line for _, line in self.lines[-n:])
+        return "\n".join(self.lines[-n:])
 
 
 def ray_cli() -> str:

@@ -5,7 +5,7 @@ starting an embedded Ray), interleaved round by round.
 The running-cluster rounds also say where the time went (phases, seconds after submission), each read from a
 record Ray or the run keeps: the submitter CLI returning, Ray Train's controller actor being created (the
 trainer is built and fit() has started; Ray's task events), Ray Train's controller asking for and getting its
-worker group (its log lines), rank 0 ready (the run's `start` event), and the machine's busy CPU share."""
+worker group (its log files on the nodes), rank 0 ready (the run's `start` event), and the machine's busy CPU share."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from bench.cluster import (TRAIN_CONTROLLER_CLASS, WORKER_GROUP_REQUESTED, WORKER_GROUP_STARTED, FollowedJob,
-                           actor_created_time, first_step_time, probe_file, run_started, timed_job_dir)
+                           actor_created_time, controller_log_time, first_step_time, probe_file, run_started,
+                           timed_job_dir)
 from bench.harness import TARGETS, BenchSettings, cpu_busy_seconds, figure, interleaved, summary
 from bench.workload import importable_env
 
@@ -46,7 +47,7 @@ def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
         phases["controller_created_s"] = controller - t0
     for key, marker in (("worker_group_requested_s", WORKER_GROUP_REQUESTED),
                         ("worker_group_started_s", WORKER_GROUP_STARTED)):
-        t = job.first(marker, t0)
+        t = controller_log_time([Path(n.temp_dir) for n in cluster.nodes], marker, t0)
         if t is not None:
             phases[key] = t - t0
     if start:

@@ -21,13 +21,11 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
-from bench.harness import BenchSettings
+from bench.harness import BENCH_ROOT, BenchSettings
 
 # CIFAR-10's per-channel mean and std: the "decode and normalise" both data paths apply.
 CIFAR_MEAN = np.array([0.4914, 0.4822, 0.4465], dtype=np.float32)
 CIFAR_STD = np.array([0.2470, 0.2435, 0.2616], dtype=np.float32)
-# The directory that holds the bench package: processes started here must be able to import it.
-BENCH_ROOT = Path(__file__).resolve().parent.parent
 
 
 # ----------------------------------------------------------------------------------------------------------
