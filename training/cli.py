@@ -190,39 +190,6 @@ def cmd_emulate(args: argparse.Namespace) -> int:
                    shared_dir=Path(args.shared) if args.shared else None)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from raytrain.bench import ALL_PARTS, BenchSettings, run_bench
-
-    unknown = [p for p in args.parts if p not in ALL_PARTS]
-    if unknown:
-        _error(f"bench: unknown part(s) {', '.join(unknown)}. Fix: choose from {', '.join(ALL_PARTS)}, or none for all")
-        return EXIT_USAGE
-    if args.rounds < 1 or args.steps < 2 or args.threads < 1:
-        _error("bench: --rounds and --threads must be >= 1 and --steps >= 2. Fix: e.g. --rounds 3 --steps 20")
-        return EXIT_USAGE
-    return run_bench(BenchSettings(rounds=args.rounds, parts=tuple(args.parts or ALL_PARTS), out_dir=args.out,
-                                   steps=args.steps, torch_threads=args.threads, p3_preset=args.preset))
-
-
-def add_bench_command(sub) -> None:
-    from raytrain.bench import ALL_PARTS, BenchSettings
-
-    d = BenchSettings()
-    bench = sub.add_parser("bench", help="measure raytrain against raw PyTorch: throughput, ingest, time to first "
-                                         "step, recovery, scaling (JSON lines, results.json, bench.png)")
-    bench.add_argument("parts", nargs="*", metavar="PART",
-                       help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
-    bench.add_argument("--rounds", type=int, default=d.rounds, help="interleaved rounds per figure (>= 1)")
-    bench.add_argument("--out", default=d.out_dir, metavar="DIR", help="where results.json and bench.png go")
-    bench.add_argument("--steps", type=int, default=d.steps, help="timed training steps per side and round")
-    bench.add_argument("--threads", type=int, default=d.torch_threads, help="torch threads, the same on both sides")
-    bench.add_argument("--preset", default=d.p3_preset, help="the config p3 and p4 run (smoke mode for p3)")
-    bench.set_defaults(func=cmd_bench)
-
-
-# ---------------------------------------------------------------------------------------------- cluster (plain VMs)
-
-
 def cmd_cluster(args: argparse.Namespace) -> int:
     """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (kube/vmnode.py)."""
     from raytrain.kube import localcluster, vmnode
@@ -363,7 +330,6 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     emulate.set_defaults(func=cmd_emulate)
     add_cluster_command(sub)
-    add_bench_command(sub)
     return parser
 
 

@@ -1,0 +1,235 @@
+"""What p3, p4 and scaling share: a real local multi-node cluster shaped like the chart's (a head with num-cpus 0,
+worker nodes), jobs submitted with `ray job submit` as KubeRay's submitter does, and when a run reached an
+optimizer step, read from what the run and Ray write, never from raytrain's console lines.
+
+Every use of raytrain's local cluster (training/kube) is in this module."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Optional, TextIO
+
+from bench.harness import BENCH_ROOT
+
+# Ray Train's own controller log lines (not raytrain's): when it asks for a worker group, when the group is up,
+# and when it decided what to do about a failed worker.
+WORKER_GROUP_REQUESTED = "Attempting to start training worker group"
+WORKER_GROUP_STARTED = "Started training worker group"
+FAILURE_DECIDED = "[FailurePolicy]"
+# The class of Ray Train's controller actor: the driver creates it when the trainer's fit() starts.
+TRAIN_CONTROLLER_CLASS = "TrainController"
+
+
+def bench_cluster(shared_dir: Path, worker_nodes: int = 2, cpus_per_node: float = 2.0,
+                  out: Optional[TextIO] = None):
+    """A head (num-cpus 0 and failure detection, as the chart sets them) plus worker nodes, token auth on. Nodes on
+    their own loopback addresses: what is timed here is Ray and raytrain, not the network namespaces."""
+    from raytrain.kube.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
+
+    shape = ClusterShape(
+        head=NodeSpec("head", "head", True, num_cpus=0, memory=2 * 2**30, env=dict(FAILURE_DETECTION_ENV)),
+        workers=[NodeSpec(f"worker-{i}", "worker", False, num_cpus=cpus_per_node, memory=3 * 2**30)
+                 for i in range(worker_nodes)],
+        auth_token=True)
+    cluster = LocalCluster(shape, out=out or sys.stderr, isolation="loopback", shared_dir=shared_dir)
+    try:
+        cluster.start(timeout=300)  # generous: the machine may be shared and busy
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def kill_training_node(cluster) -> tuple[object, float]:
+    """SIGKILL every process of the worker node that holds a training worker (Ray packs both onto one node when
+    they fit), as a lost pod; returns that node and when the kill began."""
+    from raytrain.kube.localcluster import kill_node, node_processes
+
+    state_file = cluster.run_dir / "state.json"
+    hosts = [n for n in cluster.nodes[1:] if node_processes(state_file, n.spec.name, "RayTrainWorker")]
+    victim = hosts[0] if hosts else cluster.nodes[-1]
+    killed_at = time.time()
+    kill_node(state_file, victim.spec.name)
+    return victim, killed_at
+
+
+# ----------------------------------------------------------------------------------------------------------
+# jobs
+
+
+def job_dir(work: Path, name: str, config: Optional[Path | dict] = None, ship_bench: bool = False) -> Path:
+    """The submitter's working dir: the run config as job.yaml, as the RayJob's ConfigMap carries it, and the
+    bench package itself where the job runs bench code (Ray ships the working dir to the driver and workers)."""
+    import yaml
+
+    path = work / "jobs" / name
+    path.mkdir(parents=True, exist_ok=True)
+    if isinstance(config, dict):
+        (path / "job.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    elif config is not None:
+        shutil.copy(config, path / "job.yaml")
+    if ship_bench:
+        shutil.copytree(BENCH_ROOT / "bench", path / "bench", ignore=shutil.ignore_patterns("__pycache__"),
+                        dirs_exist_ok=True)
+    return path
+
+
+class FollowedJob:
+    """A job submitted like KubeRay's submitter does, its log followed (for its status and its tail)."""
+
+    def __init__(self, cluster, entrypoint: str, working_dir: Path, job_id: str):
+        self.cluster, self.job_id = cluster, job_id
+        self.env = cluster.client_env()
+        address = ["--address", cluster.dashboard_url]
+        self.submitted = time.time()
+        subprocess.run([ray_cli(), "job", "submit", *address, "--no-wait", "--submission-id", job_id,
+                        "--runtime-env-json", json.dumps({"working_dir": str(working_dir)}), "--",
+                        *shlex.split(entrypoint)], env=self.env, check=True, capture_output=True, text=True)
+        self.submit_returned = time.time()
+        self.lines: list[str] = []
+        self.follower = subprocess.Popen([ray_cli(), "job", "logs", *address, "--follow", job_id], env=self.env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.follower.stdout:
+            self.lines.append(line.rstrip())
+
+    def alive(self) -> bool:
+        return self.follower.poll() is None
+
+    def wait(self, timeout: float = 600) -> str:
+        try:
+            self.follower.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.follower.kill()
+        self.reader.join(timeout=5)
+        status = subprocess.run([ray_cli(), "job", "status", "--address", self.cluster.dashboard_url, self.job_id],
+                                env=self.env, capture_output=True, text=True)
+        text = (status.stdout + status.stderr + "\n".join(self.lines[-5:])).upper()
+        for state in ("SUCCEEDED", "FAILED", "STOPPED"):
+            if state in text:
+                return state
+        return "UNKNOWN"
+
+    def tail(self, n: int = 15) -> str:
+        return "\n".join(self.lines[-n:])
+
+
+def ray_cli() -> str:
+    return str(Path(sys.executable).parent / "ray")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# when things happened
+
+
+def wait_row(read_rows: Callable[[], list[dict]], after: float, timeout: float,
+             alive: Callable[[], bool]) -> Optional[dict]:
+    """The first row (a dict with an epoch-seconds "time") at or after `after`, polled until `timeout` passes or
+    `alive()` says the job has ended. Workers run on this machine, so their clock is this clock."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        row = next((r for r in read_rows() if r.get("time", -1) >= after), None)
+        if row is not None or not alive():
+            return row
+        time.sleep(0.05)
+    return None
+
+
+def run_started(run_dir: Path, after: float, timeout: float, alive: Callable[[], bool]) -> Optional[dict]:
+    """The run's `start` row in events.jsonl (rank 0 ready: model built, checkpoint restored) at or after
+    `after`, with its resumed_from_epoch."""
+    from raytrain import runs
+
+    return wait_row(lambda: [r for r in runs.read_events(run_dir) if r.get("event") == "start"], after, timeout,
+                    alive)
+
+
+def timed_job_dir(work: Path, name: str, preset: str, probe_path: str) -> Path:
+    """The working dir of a job whose first step p3 or p4 times: `preset` as job.yaml. With first_step_time, the
+    one place that changes when the probe takes over: then the config is probed_config(the preset's YAML,
+    probe_path) and the bench package ships with it (ship_bench=True). `probe_path` is where the probe's file
+    is as the job sees it."""
+    from raytrain.config import resolve_config_path
+
+    return job_dir(work, name, resolve_config_path(preset))
+
+
+def first_step_time(run_dir: Path, after: float, timeout: float, alive: Callable[[], bool]) -> Optional[float]:
+    """When rank 0 of the run in `run_dir` finished its first optimizer step at or after `after` (epoch seconds),
+    or None if the job ended or `timeout` passed first. The one place that knows how this is read.
+
+    Today: the `first_step` row that training/loop.py writes to events.jsonl. Once run configs take
+    `_component_`, timed_job_dir wraps the model in bench.probes.FirstStepProbe and this reads the probe's rows
+    instead: `runs.read_jsonl(probe_file(run_dir))`, those whose event is probes.STEP_DONE."""
+    from raytrain import runs
+
+    row = wait_row(lambda: [r for r in runs.read_events(run_dir) if r.get("event") == "first_step"], after,
+                   timeout, alive)
+    return row["time"] if row else None
+
+
+def probe_file(run_dir: Path) -> Path:
+    """Where FirstStepProbe writes for the run in `run_dir`: beside the run directory, never inside what the run
+    itself owns."""
+    return run_dir.with_name(f"{run_dir.name}.first-step.jsonl")
+
+
+def probed_config(config: dict, probe_path: str) -> dict:
+    """A run config (plain data, as read from YAML) whose model is wrapped in bench.probes.FirstStepProbe, which
+    appends rank 0's first forward passes to `probe_path` (as the workers see it)."""
+    from bench.probes import FirstStepProbe
+
+    inner = config.get("model")
+    if not isinstance(inner, dict):
+        raise ValueError(f"the run config has no model section to wrap (model: {inner!r})")
+    probe = f"{FirstStepProbe.__module__}.{FirstStepProbe.__name__}"
+    return {**config, "model": {"_component_": probe, "inner": inner, "path": probe_path}}
+
+
+def controller_log_time(temp_dirs: Iterable[Path], marker: str, after: float) -> Optional[float]:
+    """When Ray Train's controller first logged `marker` at or after `after` (epoch seconds), read from its JSON
+    log files in the nodes' session directories. The driver does not receive the controller's output (raytrain
+    runs Ray with log_to_driver=False), but Ray keeps it in logs/train/ray-train-*-controller-*.log."""
+    times = []
+    for temp_dir in temp_dirs:
+        for log in Path(temp_dir).glob("session_*/logs/train/ray-train-*-controller-*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if marker not in line:
+                    continue
+                try:
+                    stamp = json.loads(line)["asctime"]  # "2026-11-21 11:23:33,411", the node's local time
+                    seconds, millis = stamp.split(",")
+                    at = time.mktime(time.strptime(seconds, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+                except (ValueError, KeyError):
+                    continue
+                if at >= after:
+                    times.append(at)
+    return min(times, default=None)
+
+
+def actor_created_time(dashboard_url: str, env: dict, class_name: str, after: float,
+                       before: float) -> Optional[float]:
+    """When a driver asked Ray for an actor of `class_name` (the creation time of its creation task in Ray's task
+    events) within [after, before], or None when Ray's state API cannot say. Asked from a child process with the
+    cluster's client environment (its auth token)."""
+    code = ("import json, sys; from ray.util.state import list_tasks; "
+            "tasks = list_tasks(address=sys.argv[1], filters=[('name', '=', sys.argv[2] + '.__init__')], "
+            "detail=True, limit=10000, raise_on_missing_output=False); "
+            "print(json.dumps([t.creation_time_ms for t in tasks if t.creation_time_ms]))")
+    proc = subprocess.run([sys.executable, "-c", code, dashboard_url, class_name], env=env, capture_output=True,
+                          text=True)
+    try:
+        times = [ms / 1000 for ms in json.loads(proc.stdout.strip().splitlines()[-1])]
+    except (ValueError, IndexError, TypeError):
+        return None
+    return min((t for t in times if after <= t <= before), default=None)

@@ -1,0 +1,110 @@
+"""bench/cluster.py: when a run reached a step or started, read from the files a run writes; the submitter's
+working dir; the probe's config; Ray Train's controller log; and (integration) Ray's task events."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from bench import cluster
+from raytrain import runs
+
+
+def test_wait_row_returns_the_first_row_at_or_after_the_time_or_none_when_the_job_ended(tmp_path):
+    rows = [{"time": 1.0, "n": 1}, {"time": 5.0, "n": 2}, {"time": 9.0, "n": 3}]
+    assert cluster.wait_row(lambda: rows, 4.0, 5, lambda: True)["n"] == 2
+    assert cluster.wait_row(lambda: rows, 10.0, 5, lambda: False) is None  # ended: no waiting out the timeout
+    began = time.time()
+    assert cluster.wait_row(lambda: rows, 10.0, 0.2, lambda: True) is None
+    assert time.time() - began < 5
+
+
+def test_first_step_and_start_are_read_from_the_runs_events(tmp_path):
+    run_dir = tmp_path / "runs" / "p3-0"
+    run_dir.mkdir(parents=True)
+    t0 = time.time()
+    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, world_size=2)
+    runs.append_event(run_dir, "first_step", epoch=1)
+    step = cluster.first_step_time(run_dir, t0, 5, lambda: True)
+    start = cluster.run_started(run_dir, t0, 5, lambda: True)
+    assert start["event"] == "start" and t0 <= start["time"] <= step
+    assert cluster.first_step_time(run_dir, time.time() + 1, 0.1, lambda: True) is None  # nothing newer yet
+    assert cluster.first_step_time(tmp_path / "runs" / "missing", t0, 0.1, lambda: False) is None
+
+
+def test_job_dir_holds_the_config_as_job_yaml_and_the_bench_package_only_when_asked(tmp_path):
+    from raytrain.config import resolve_config_path
+
+    preset = resolve_config_path("digits")
+    plain = cluster.job_dir(tmp_path, "p3-0", preset)
+    assert sorted(p.name for p in plain.iterdir()) == ["job.yaml"]
+    assert (plain / "job.yaml").read_text() == preset.read_text()
+    shipped = cluster.job_dir(tmp_path, "scale-1", {"model": {"name": "mlp"}}, ship_bench=True)
+    assert yaml.safe_load((shipped / "job.yaml").read_text()) == {"model": {"name": "mlp"}}
+    assert (shipped / "bench" / "probes.py").exists() and (shipped / "bench" / "scaling.py").exists()
+    assert not list(shipped.rglob("__pycache__"))
+    timed = cluster.timed_job_dir(tmp_path, "p4-0", "digits", str(tmp_path / "p4-0.first-step.jsonl"))
+    assert (timed / "job.yaml").read_text() == preset.read_text()  # the preset as is, until the probe takes over
+
+
+def test_the_probed_config_wraps_the_model_and_keeps_everything_else(tmp_path):
+    config = {"model": {"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
+              "data": {"name": "digits"}, "train": {"epochs": 2}}
+    probed = cluster.probed_config(config, "/mnt/shared/runs/p3-0.first-step.jsonl")
+    assert probed["model"] == {"_component_": "bench.probes.FirstStepProbe", "inner": config["model"],
+                               "path": "/mnt/shared/runs/p3-0.first-step.jsonl"}
+    assert {k: v for k, v in probed.items() if k != "model"} == {k: v for k, v in config.items() if k != "model"}
+    with pytest.raises(ValueError, match="no model section"):
+        cluster.probed_config({"data": {}}, "x")
+    assert cluster.probe_file(tmp_path / "runs" / "p3-0") == tmp_path / "runs" / "p3-0.first-step.jsonl"
+
+
+def test_failure_detection_time_is_read_from_the_controller_log(tmp_path):
+    logs = tmp_path / "n1" / "session_2026-11-21_11-00-00_1_1" / "logs" / "train"
+    logs.mkdir(parents=True)
+    line = lambda stamp, message: json.dumps({"asctime": stamp, "levelname": "INFO", "message": message})  # noqa: E731
+    (logs / "ray-train-sys-controller-abc.log").write_text("\n".join([
+        line("2026-11-21 11:00:05,250", "[FailurePolicy] RETRY\\n worker died"),
+        line("2026-11-21 11:00:09,000", "Requesting resources"),
+        line("2026-11-21 11:00:20,500", "[FailurePolicy] RETRY second failure"),
+        "not json [FailurePolicy]",
+    ]))
+    base = time.mktime(time.strptime("2026-11-21 11:00:00", "%Y-%m-%d %H:%M:%S"))
+    marker = cluster.FAILURE_DECIDED
+    assert cluster.controller_log_time([tmp_path / "n1"], marker, base) == base + 5.25
+    assert cluster.controller_log_time([tmp_path / "n1"], marker, base + 6) == base + 20.5
+    assert cluster.controller_log_time([tmp_path / "n1", tmp_path / "n2"], marker, base + 30) is None
+
+
+@pytest.mark.integration
+def test_actor_creation_time_comes_from_rays_task_events():
+    import os
+    import shutil
+    import tempfile
+
+    import ray
+
+    t0 = time.time()
+    temp = tempfile.mkdtemp(prefix="rtb", dir="/tmp")  # Ray's socket paths must stay short
+    context = ray.init(num_cpus=1, include_dashboard=True, dashboard_port=0, _temp_dir=temp)
+    try:
+        @ray.remote(num_cpus=0)
+        class TrainController:
+            def ping(self) -> int:
+                return 1
+
+        asked = time.time()
+        ray.get(TrainController.remote().ping.remote())
+        time.sleep(2)  # task events reach the GCS in batches
+        url = f"http://{context.dashboard_url}"
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        created = cluster.actor_created_time(url, env, "TrainController", t0, time.time())
+        assert created is not None and asked - 0.1 <= created <= time.time()
+        assert cluster.actor_created_time(url, env, "TrainController", time.time(), time.time() + 1) is None
+        assert cluster.actor_created_time("http://127.0.0.1:1", env, "TrainController", 0, time.time()) is None
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
