@@ -71,7 +71,8 @@ def _read_config(run_dir: Path) -> dict:
 def load_run(run_dir: Path, name: Optional[str] = None) -> RunData:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise ReportError(f"{run_dir}: no such directory. Fix: pass a run directory, STORAGE/NAME (e.g. runs/digits)")
+        why = "is not a directory" if run_dir.exists() else "no such directory"
+        raise ReportError(f"{run_dir}: {why}. Fix: pass a run directory, STORAGE/NAME (e.g. runs/digits)")
     markers = (runs.CONFIG_FILE, runs.METRICS_FILE, runs.RESULT_FILE)
     if not any((run_dir / m).is_file() for m in markers):
         raise ReportError(f"{run_dir} is not a raytrain run directory (it has none of {', '.join(markers)}). "
