@@ -204,7 +204,8 @@ def draw(loaded: list[RunData], out: Path) -> Path:
         alpha = 1.0 if run.best or not many else 0.75
         marker = "o" if len(run.rows) <= 40 else None  # thousands of epochs: lines only
         label = run.name + (" (best)" if run.best else "")
-        style = dict(color=color, linewidth=width, alpha=alpha, marker=marker, markersize=3.5)
+        style = dict(color=color, linewidth=width, alpha=alpha, marker=marker, markersize=3.5,
+                     zorder=3 if run.best else 2)  # the best trial drawn over the others
         for key, panel, dashed in (("train_loss", "loss", False), ("val_loss", "loss", True),
                                    ("val_accuracy", "val_accuracy", False), ("samples_per_s", "samples_per_s", False)):
             xs, ys = _series(run.rows, key)
@@ -241,9 +242,9 @@ def draw(loaded: list[RunData], out: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
         if not has[key]:
-            what = "metrics" if not any(run.rows for run in loaded) else key.replace("_", " ")
-            ax.text(0.5, 0.5, f"no {what} yet" if what == "metrics" else f"no {what} in these runs",
-                    transform=ax.transAxes, ha="center", va="center", color="gray")
+            note = (f"no {key.replace('_', ' ')} in these runs" if any(run.rows for run in loaded)
+                    else "no metrics yet (no epoch finished)")
+            ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="gray")
         else:
             from matplotlib.ticker import MaxNLocator
 
