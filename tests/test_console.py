@@ -7,7 +7,7 @@ import json
 import pytest
 
 from raytrain import console
-from raytrain.cli import EXIT_USAGE, main
+from raytrain.cli import EXIT_OK, EXIT_USAGE, main
 
 
 @pytest.fixture(autouse=True)
@@ -58,3 +58,32 @@ def test_a_bad_env_var_is_a_usage_error_naming_it(capsys, monkeypatch):
     assert main(["presets"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "RAYTRAIN_LOG_FORMAT='xml'" in err and "Fix:" in err
+
+
+def test_a_terminal_gets_one_redrawn_progress_line_and_the_copy_gets_plain_lines(tmp_path):
+    path = console.keep_copy(tmp_path / "run")
+    try:
+        out = io.StringIO()
+        console.epoch("epoch 1/2  train_loss 1.0000", {"epoch": 1}, out=out, bar=0.5)
+        console.epoch("epoch 2/2  train_loss 0.5000", {"epoch": 2}, out=out, bar=1.0)
+        console.info("result", "succeeded", out=out)
+    finally:
+        console.stop_copy()
+    assert out.getvalue() == ("\r\033[K[###############...............] epoch 1/2  train_loss 1.0000"
+                              "\r\033[K[##############################] epoch 2/2  train_loss 0.5000\n"
+                              "raytrain: succeeded\n")
+    assert path.parent == tmp_path / "run" / console.DRIVER_LOGS_DIR and path.suffix == ".log"
+    assert path.read_text().splitlines() == ["epoch 1/2  train_loss 1.0000", "epoch 2/2  train_loss 0.5000",
+                                             "raytrain: succeeded"]
+
+
+def test_the_cli_keeps_each_attempts_lines_in_the_run_directory(tmp_path, capsys):
+    storage = tmp_path / "runs"
+    for attempt in (1, 2):
+        assert main(["local", "linear", "--smoke-test", "--storage", str(storage), "--name", "lin",
+                     "--log-format", "json"]) == EXIT_OK
+        shown = capsys.readouterr().out.splitlines()
+        copies = sorted((storage / "lin" / console.DRIVER_LOGS_DIR).iterdir())
+        assert len(copies) == attempt
+        kept = [line for path in copies for line in path.read_text().splitlines()][-len(shown):]
+        assert kept == shown and json.loads(kept[-1])["event"] == "result"

@@ -26,6 +26,7 @@ def _error(message: str) -> None:
 
 def _load(args: argparse.Namespace):
     from raytrain.config import load_config
+    from raytrain.runs import run_dir_of
 
     overrides = list(args.set or [])
     if args.name:
@@ -34,6 +35,10 @@ def _load(args: argparse.Namespace):
         overrides.append(f"run.storage_path={args.storage}")
     cfg = load_config(args.config, overrides, smoke=args.smoke_test)
     console.configure(run=cfg.run.name)
+    try:  # this attempt's lines beside the run: they outlive the pod that printed them
+        console.keep_copy(run_dir_of(cfg.run.storage_path, cfg.run.name))
+    except OSError as err:
+        console.warning(f"the console lines are not kept in the run directory: {err}")
     return cfg
 
 
@@ -306,6 +311,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
         return 130
+    finally:
+        console.stop_copy()
 
 
 if __name__ == "__main__":

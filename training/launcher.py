@@ -161,17 +161,8 @@ class Progress(threading.Thread):
         for row in runs.read_metrics(self.run_dir):
             if self.key(row) not in self.printed:
                 self.printed.add(self.key(row))
-                line = format_row(row, self.epochs)
-                if self.interactive:
-                    done = int(30 * row["epoch"] / self.epochs)
-                    line = f"\r\033[K[{'#' * done}{'.' * (30 - done)}] {line}"
-                    self.write(line + ("\n" if row["epoch"] == self.epochs else ""))
-                else:
-                    console.epoch(line, row, out=self.out)
-
-    def write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+                console.epoch(format_row(row, self.epochs), row, out=self.out,
+                              bar=row["epoch"] / self.epochs if self.interactive else None)
 
     def stop(self) -> None:
         self.stopping.set()

@@ -190,6 +190,9 @@ def test_json_console_lines_parse_one_by_one(trained):
     assert all(r["rank"] == 0 and r["level"] == "info" for r in epochs)
     [result] = [r for r in records if r["event"] == "result"]
     assert result["fields"]["status"] == "succeeded" and result["fields"]["run_dir"] == str(run_dir)
+    # The attempt's lines are kept beside the run (a failed RayJob attempt's pod goes, and its logs with it).
+    [copy] = (run_dir / "driver-logs").iterdir()
+    assert copy.read_text().splitlines() == stdout.splitlines()
     for line in stderr.splitlines():  # Ray's own lines may appear there; raytrain's are JSON
         if line.startswith("{"):
             json.loads(line)
