@@ -32,12 +32,13 @@ def test_json_lines_carry_time_level_run_rank_event_and_fields():
     console.configure("json", run="digits")
     out = io.StringIO()
     console.epoch("epoch 1/2", {"epoch": 1, "train_loss": 0.5}, out=out)
-    console.info("connected", "joined", out=out, run_dir="/runs/digits")
+    console.info("connected", "joined", out=out, run_dir="/runs/digits", event="start")  # a field named event too
     console.error("bad", out=out)
     first, second, third = [json.loads(line) for line in out.getvalue().splitlines()]
     assert first["time"].endswith("Z") and first["level"] == "info" and first["run"] == "digits"
     assert first["rank"] == 0 and first["event"] == "epoch" and first["fields"] == {"epoch": 1, "train_loss": 0.5}
-    assert second["rank"] is None and second["fields"] == {"run_dir": "/runs/digits"}
+    assert second["rank"] is None and second["event"] == "connected"
+    assert second["fields"] == {"run_dir": "/runs/digits", "event": "start"}
     assert third["level"] == "error" and third["message"] == "bad"
 
 

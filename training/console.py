@@ -55,7 +55,7 @@ def is_json() -> bool:
     return _settings["format"] == "json"
 
 
-def record(level: str, event: str, message: str, rank: Optional[int] = None, **fields: Any) -> dict:
+def record(level: str, event: str, message: str, /, rank: Optional[int] = None, **fields: Any) -> dict:
     return {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": level, "run": _settings["run"], "rank": rank, "event": event, "message": message,
             "fields": fields}
@@ -78,19 +78,21 @@ def _emit(level: str, event: str, message: str, human: str, out: Optional[TextIO
     out.flush()
 
 
-def info(event: str, message: str, *, out: Optional[TextIO] = None, rank: Optional[int] = None, **fields: Any) -> None:
+# Positional-only names, so that a field may be called `event` or `message` too.
+def info(event: str, message: str, /, *, out: Optional[TextIO] = None, rank: Optional[int] = None,
+         **fields: Any) -> None:
     _emit("info", event, message, f"raytrain: {message}", out, rank, fields)
 
 
-def warning(message: str, *, out: Optional[TextIO] = None, rank: Optional[int] = None, **fields: Any) -> None:
+def warning(message: str, /, *, out: Optional[TextIO] = None, rank: Optional[int] = None, **fields: Any) -> None:
     _emit("warning", "warning", message, f"raytrain: warning: {message}", out, rank, fields)
 
 
-def error(message: str, *, out: Optional[TextIO] = None, **fields: Any) -> None:
+def error(message: str, /, *, out: Optional[TextIO] = None, **fields: Any) -> None:
     _emit("error", "error", message, f"raytrain: error: {message}", out, None, fields)
 
 
-def epoch(line: str, row: dict, *, out: Optional[TextIO] = None, bar: Optional[float] = None) -> None:
+def epoch(line: str, row: dict, /, *, out: Optional[TextIO] = None, bar: Optional[float] = None) -> None:
     """An epoch's row as rank 0 wrote it to metrics.jsonl; `line` is its human form; `bar`: the share of the run
     done, to draw a progress bar on an interactive terminal."""
     _emit("info", "epoch", line, line, out, 0, row, bar)

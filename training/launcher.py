@@ -156,7 +156,7 @@ class Progress(threading.Thread):
                 console.warning(event["message"], out=self.out, rank=0)
             elif event["event"] == "restored":
                 console.info("restored", f"resuming after epoch {event['epoch']} from {event['checkpoint']}",
-                             out=self.out, rank=0, **event)
+                             out=self.out, rank=0, epoch=event["epoch"], checkpoint=event["checkpoint"])
         self.events_seen = len(events)
         for row in runs.read_metrics(self.run_dir):
             if self.key(row) not in self.printed:

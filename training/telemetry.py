@@ -9,11 +9,18 @@ only (tag `run`); per-worker values carry `rank` too.
 Nothing here runs per training step: the loop calls `started` once per worker-group start, `epoch_end` once per
 epoch and `checkpointed` after each checkpoint. Restarts and resumes are counted from the run's events.jsonl
 (the durable record), not from in-process counters that a restarted worker would lose.
+
+Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values set since its last report, and the
+node's metrics agent forgets a gauge value once a scrape has read it. A value set once per epoch would reach
+Prometheus as a lone sample (and be lost if that scrape times out), so a daemon thread sets the last values again
+every REFRESH_S seconds, well inside Ray's report interval (10 s by default): a few calls a second, off the
+training thread.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -35,6 +42,7 @@ GAUGES = {
 COUNTERS = {
     "raytrain_steps": ("Optimizer steps taken by this worker", True),
 }
+REFRESH_S = 1.0
 
 
 def exported_names() -> list[str]:
@@ -57,9 +65,21 @@ class RunTelemetry:
             self.metrics[name] = Gauge(name, description=description, tag_keys=("run", "rank") if per_worker else ("run",))
         for name, (description, per_worker) in COUNTERS.items():
             self.metrics[name] = Counter(name, description=description, tag_keys=("run", "rank") if per_worker else ("run",))
+        self._last: dict[tuple[str, bool], float] = {}  # (gauge, per worker) -> its last value
+        self._lock = threading.Lock()
+        threading.Thread(target=self._refresh, name="raytrain-telemetry", daemon=True).start()
 
-    def _set(self, name: str, value: float) -> None:
-        self.metrics[name].set(float(value), tags=self.run_tags)
+    def _set(self, name: str, value: float, per_worker: bool = False) -> None:
+        with self._lock:
+            self._last[(name, per_worker)] = float(value)
+            self.metrics[name].set(float(value), tags=self.worker_tags if per_worker else self.run_tags)
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(REFRESH_S)
+            with self._lock:
+                for (name, per_worker), value in self._last.items():
+                    self.metrics[name].set(value, tags=self.worker_tags if per_worker else self.run_tags)
 
     def started(self, run_dir: Path, start_epoch: int) -> None:
         """After rank 0 recorded this start in events.jsonl: restarts and resumes so far, the resume point."""
@@ -75,8 +95,7 @@ class RunTelemetry:
 
     def epoch_end(self, row: dict, local_samples: float, local_seconds: float) -> None:
         """row: the epoch's metrics row (all workers); local_*: this worker's own training samples and seconds."""
-        self.metrics["raytrain_worker_samples_per_second"].set(local_samples / max(local_seconds, 1e-9),
-                                                               tags=self.worker_tags)
+        self._set("raytrain_worker_samples_per_second", local_samples / max(local_seconds, 1e-9), per_worker=True)
         # Every step but an epoch's last holds a full per-worker batch, so this is this worker's step count.
         steps = math.ceil(local_samples / self.batch_size)
         if steps > 0:  # Ray's Counter refuses an increment of 0

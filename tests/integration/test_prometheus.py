@@ -176,6 +176,9 @@ def test_every_dashboard_panel_has_data_for_a_run_on_a_real_ray_node(prometheus,
     assert last("ray_raytrain_train_loss") == pytest.approx(rows[-1]["train_loss"])
     assert last("ray_raytrain_val_accuracy") == pytest.approx(rows[-1]["val_accuracy"])
     assert last("ray_raytrain_restarts") == 0 and last("ray_raytrain_resumes") == 0
+    # Set once at the start, yet in (nearly) every scrape while the run trains: the values are kept alive.
+    [series] = range_query(prometheus, f'ray_raytrain_restarts{{run="{RUN}"}}', began, ended)
+    assert len(series["values"]) >= 5, series["values"]
     per_rank = range_query(prometheus, f'ray_raytrain_worker_samples_per_second{{run="{RUN}"}}', began, ended)
     assert sorted({s["metric"]["rank"] for s in per_rank}) == ["0", "1"]
 
@@ -198,3 +201,26 @@ def test_json_console_lines_parse_one_by_one(trained):
             json.loads(line)
         else:
             assert not line.startswith("raytrain:"), line
+
+
+def test_a_resumed_run_reports_its_restart_and_resume(ray_head, prometheus, tmp_path):
+    """The same run invoked again (a RayJob retried) resumes from its checkpoint: restarts 1, resumes 1."""
+    name = "prom-resume"
+    began = time.time()
+    for epochs in (2, 3):
+        proc = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head["address"], "--storage", str(tmp_path),
+                               "--name", name, "--set", f"train.epochs={epochs}", "--set", "run.checkpoint_every=1"],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "resuming after epoch 2" in proc.stdout
+    time.sleep(3 * SCRAPE_S)
+    ended = time.time()
+
+    def last(metric: str) -> float:
+        [series] = range_query(prometheus, f'max by (run) ({metric}{{run="{name}"}})', began, ended)
+        return float(series["values"][-1][1])
+
+    assert last("ray_raytrain_restarts") == 1 and last("ray_raytrain_resumes") == 1
+    assert last("ray_raytrain_epoch") == 3
+    newest = max(p.stat().st_mtime for p in (tmp_path / name).glob("checkpoint_*/meta.json"))
+    assert last("ray_raytrain_last_checkpoint_timestamp_seconds") == pytest.approx(newest, abs=5)
