@@ -18,6 +18,7 @@ from typing import Callable, Optional
 from raytrain import __version__, console
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+LOG_FORMAT_HELP = "raytrain's console lines: human, or one JSON object each (default: $RAYTRAIN_LOG_FORMAT, else human)"
 
 
 def _error(message: str) -> None:
@@ -234,9 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="raytrain", description="Distributed PyTorch training with Ray Train, on KubeRay or a laptop."
     )
     parser.add_argument("--version", action="version", version=f"raytrain {__version__}")
-    parser.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS,
-                        help="raytrain's console lines: human, or one JSON object each (default: "
-                             "$RAYTRAIN_LOG_FORMAT, else human)")
+    parser.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def config_command(name: str, func: Callable, help_text: str) -> argparse.ArgumentParser:
@@ -283,9 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.set_defaults(func=cmd_emulate)
     add_bench_command(sub)
     for command in sub.choices.values():  # after the command too, as `raytrain run digits --log-format json`
-        command.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS,
-                             help="raytrain's console lines: human, or one JSON object each (default: "
-                                  "$RAYTRAIN_LOG_FORMAT, else human)")
+        command.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
     return parser
 
 
