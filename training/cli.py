@@ -1,6 +1,7 @@
 """The `raytrain` command: the only module that reads argv and the environment. One function per command.
 
 Environment it reads:
+  RAYTRAIN_LOG_FORMAT     human (default) or json, when --log-format is not given (e.g. in a RayJob's entrypoint env)
   RAY_ADDRESS             when --address is not given: join that cluster (set for drivers of submitted Ray jobs)
   RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate) when --crds is not given;
                           without either, the user cache ${XDG_CACHE_HOME:-~/.cache}/raytrain/kuberay-crds-v1.7.0,
@@ -17,23 +18,31 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from raytrain import __version__
+from raytrain import __version__, console
 from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError
 from raytrain.run_options import add_address_option, add_config_options, config_overrides
 
 EXIT_OK = 0
 # What `pip install 'raytrain[kube]'` adds (pyproject.toml): a missing one means the extra is not installed.
 KUBE_EXTRA_MODULES = ("helm_python", "kubernetes_validate", "jsonschema")
+LOG_FORMAT_HELP = "raytrain's console lines: human, or one JSON object each (default: $RAYTRAIN_LOG_FORMAT, else human)"
 
 
 def _error(message: str) -> None:
-    print(f"raytrain: error: {message}", file=sys.stderr, flush=True)
+    console.error(message)
 
 
 def _load(args: argparse.Namespace):
     from raytrain.config import load_config
+    from raytrain.runs import run_dir_of
 
-    return load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test)
+    cfg = load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test)
+    console.configure(run=cfg.run.name)
+    try:  # this attempt's lines beside the run: they outlive the pod that printed them
+        console.keep_copy(run_dir_of(cfg.run.storage_path, cfg.run.name))
+    except OSError as err:
+        console.warning(f"the console lines are not kept in the run directory: {err}")
+    return cfg
 
 
 def _address(args: argparse.Namespace) -> Optional[str]:
@@ -52,7 +61,7 @@ def _report(outcome) -> int:
     if result.get("resumed_from_epoch") is not None:
         parts.append(f"resumed from epoch {result['resumed_from_epoch']}")
     parts.append(f"{result['duration_s']:.1f}s -> {outcome.run_dir}")
-    print("raytrain: " + ", ".join(parts), flush=True)
+    console.info("result", ", ".join(parts), **result)
     if not outcome.ok:
         _error(result.get("error", "training failed"))
         return EXIT_FAILED
@@ -84,14 +93,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         score = trial["metrics"].get(search.metric)
         shown = f"{search.metric} {score:.4f}" if score is not None else f"error: {trial['error'] or 'no metric'}"
-        print(f"raytrain: trial {trial['trial_id']}: {params}: {shown}", flush=True)
+        console.info("trial", f"trial {trial['trial_id']}: {params}: {shown}", **trial)
     if summary["status"] != "succeeded":
         _error(f"{summary['error']} under {summary['run_dir']}")
         return EXIT_FAILED
     best = summary["best"]
     params = ", ".join(f"{k}={v}" for k, v in best["params"].items())
-    print(f"raytrain: best trial {best['trial_id']}: {params} ({search.metric} {best['metrics'][search.metric]:.4f}); "
-          f"run it with: raytrain run {summary['best_config']}", flush=True)
+    console.info("best_trial", f"best trial {best['trial_id']}: {params} ({search.metric} "
+                 f"{best['metrics'][search.metric]:.4f}); run it with: raytrain run {summary['best_config']}",
+                 best_config=summary["best_config"], **best)
     return EXIT_OK
 
 
@@ -105,7 +115,7 @@ def cmd_data(args: argparse.Namespace) -> int:
             from raytrain.data import mnist
 
             mnist.prepare(mnist.MNISTParams(download=True), ctx)
-            print(f"raytrain: MNIST is in {ctx.root / 'MNIST'}", flush=True)
+            console.info("data", f"MNIST is in {ctx.root / 'MNIST'}")
         else:
             from raytrain.data import cifar10
 
@@ -113,11 +123,11 @@ def cmd_data(args: argparse.Namespace) -> int:
                                       synthetic_val=args.synthetic_val)
             cifar10.prepare(p, ctx)
             if not args.synthetic:
-                print(f"raytrain: CIFAR-10 is in {ctx.root / 'cifar-10-batches-py'}", flush=True)
+                console.info("data", f"CIFAR-10 is in {ctx.root / 'cifar-10-batches-py'}")
             if args.to_parquet:
                 out = cifar10.to_parquet(p, ctx, Path(args.to_parquet).expanduser().absolute())
-                print(f"raytrain: CIFAR-10{' (synthetic)' if args.synthetic else ''} as Parquet in {out}/{{train,val}}; "
-                      f"train from it with --set data.parquet_dir={out}", flush=True)
+                console.info("data", f"CIFAR-10{' (synthetic)' if args.synthetic else ''} as Parquet in "
+                             f"{out}/{{train,val}}; train from it with --set data.parquet_dir={out}")
     except DataUnavailable as err:
         _error(str(err))
         return EXIT_FAILED
@@ -139,6 +149,21 @@ def add_tune_and_data_commands(sub, config_command: Callable) -> None:
     data.add_argument("--synthetic-train", type=int, default=50000, metavar="N")
     data.add_argument("--synthetic-val", type=int, default=10000, metavar="N")
     data.set_defaults(func=cmd_data)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from raytrain.report import ReportError, report
+
+    try:
+        loaded, png, page = report([Path(p) for p in args.run_dirs], Path(args.out) if args.out else None)
+    except ReportError as err:
+        _error(f"report: {err}")
+        return EXIT_USAGE
+    for run in loaded:
+        if not run.rows:
+            console.info("report", f"report: {run.run_dir} has no metrics yet (no epoch finished); drawn empty")
+    console.info("report", f"report of {len(loaded)} run(s): {png} and {page}", png=str(png), html=str(page))
+    return EXIT_OK
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -291,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="raytrain", description="Distributed PyTorch training with Ray Train, on KubeRay or a laptop."
     )
     parser.add_argument("--version", action="version", version=f"raytrain {__version__}")
+    parser.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def config_command(name: str, func: Callable, help_text: str) -> argparse.ArgumentParser:
@@ -303,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_address_option(run)
     config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
     add_tune_and_data_commands(sub, config_command)
+
+    report = sub.add_parser("report", help="plot runs: loss, accuracy, throughput, restarts, summary (PNG + HTML)")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="STORAGE/NAME of a run; several compare runs; a `raytrain tune` directory stands for its trials")
+    report.add_argument("--out", metavar="FILE.png", help="the PNG (the HTML page goes beside it; default: "
+                                                          "RUN_DIR/report.png for one directory, else ./report.png)")
+    report.set_defaults(func=cmd_report)
 
     presets = sub.add_parser("presets", help="list the built-in run configs")
     presets.set_defaults(func=cmd_presets)
@@ -330,11 +363,19 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     emulate.set_defaults(func=cmd_emulate)
     add_cluster_command(sub)
+    for command in sub.choices.values():  # after the command too, as `raytrain run digits --log-format json`
+        command.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
     return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    log_format = getattr(args, "log_format", None) or os.environ.get("RAYTRAIN_LOG_FORMAT") or "human"
+    if log_format not in console.FORMATS:
+        _error(f"RAYTRAIN_LOG_FORMAT={log_format!r} is not one of {', '.join(console.FORMATS)}. "
+               f"Fix: set it to json or human, or unset it")
+        return EXIT_USAGE
+    console.configure(log_format)
     try:
         return args.func(args)
     except RaytrainError as err:
@@ -351,6 +392,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
         return 130
+    finally:
+        console.stop_copy()
 
 
 if __name__ == "__main__":

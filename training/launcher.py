@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import checkpoints, runs
+from raytrain import checkpoints, console, runs
 from raytrain.config import RunConfig, dump_yaml
 from raytrain.errors import RaytrainError
 from raytrain.data import DATASETS, DataUnavailable, data_context
@@ -135,7 +135,7 @@ class Progress(threading.Thread):
     def __init__(self, run_dir: Path, epochs: int, out: TextIO):
         super().__init__(daemon=True)
         self.run_dir, self.epochs, self.out = run_dir, epochs, out
-        self.interactive = out.isatty()
+        self.interactive = out.isatty() and not console.is_json()
         # Keyed by epoch and its duration: an epoch trained again after a resume is a new row worth printing.
         self.printed: set[tuple] = {self.key(row) for row in runs.read_metrics(run_dir)}
         self.events_seen = len(runs.read_events(run_dir))
@@ -154,24 +154,16 @@ class Progress(threading.Thread):
         events = runs.read_events(self.run_dir)
         for event in events[self.events_seen:]:
             if event["event"] == "warning":
-                self.write(f"raytrain: warning: {event['message']}\n")
+                console.warning(event["message"], out=self.out, rank=0)
             elif event["event"] == "restored":
-                self.write(f"raytrain: resuming after epoch {event['epoch']} from {event['checkpoint']}\n")
+                console.info("restored", f"resuming after epoch {event['epoch']} from {event['checkpoint']}",
+                             out=self.out, rank=0, epoch=event["epoch"], checkpoint=event["checkpoint"])
         self.events_seen = len(events)
         for row in runs.read_metrics(self.run_dir):
             if self.key(row) not in self.printed:
                 self.printed.add(self.key(row))
-                line = format_row(row, self.epochs)
-                if self.interactive:
-                    done = int(30 * row["epoch"] / self.epochs)
-                    line = f"\r\033[K[{'#' * done}{'.' * (30 - done)}] {line}"
-                    self.write(line + ("\n" if row["epoch"] == self.epochs else ""))
-                else:
-                    self.write(line + "\n")
-
-    def write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+                console.epoch(format_row(row, self.epochs), row, out=self.out,
+                              bar=row["epoch"] / self.epochs if self.interactive else None)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -257,7 +249,7 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
         runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
         raise LaunchError(str(err)) from None
 
-    print(f"raytrain: {connect_ray(address)}; run directory {run_dir}", file=out, flush=True)
+    console.info("connected", f"{connect_ray(address)}; run directory {run_dir}", out=out, run_dir=str(run_dir))
     try:
         per_worker = size_workers(cfg, alive_node_resources())
     except LaunchError as err:
@@ -265,8 +257,9 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
         raise
     trainer = build_trainer(cfg, run_dir, per_worker)
     shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
-    print(f"raytrain: training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
-          f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", file=out, flush=True)
+    console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
+                 f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", out=out,
+                 num_workers=cfg.scaling.num_workers, per_worker=per_worker)
     # Ray Train propagates this variable from the driver to its controller and workers.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
     progress = Progress(run_dir, cfg.train.epochs, out)

@@ -13,7 +13,7 @@ from typing import TextIO
 import torch
 from torch.utils.data import DataLoader
 
-from raytrain import runs
+from raytrain import console, runs
 from raytrain.config import RunConfig, dump_yaml
 from raytrain.data import DATASETS, DataUnavailable, data_context
 from raytrain.launcher import LaunchError, Outcome, summarize
@@ -47,7 +47,8 @@ def train_local(cfg: RunConfig, out: TextIO = sys.stdout) -> Outcome:
     amp_dtype = autocast_dtype(cfg, device)
     to_device = lambda loader: ((x.to(device), y.to(device)) for x, y in loader)  # noqa: E731
     runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, world_size=1)
-    print(f"raytrain: local training {cfg.run.name} on {device}; run directory {run_dir}", file=out, flush=True)
+    console.info("training", f"local training {cfg.run.name} on {device}; run directory {run_dir}", out=out,
+                 run_dir=str(run_dir))
     for epoch in range(1, cfg.train.epochs + 1):
         began = time.perf_counter()
         stats = train_epoch(model, to_device(train_loader), optimizer, loss_fn,
@@ -57,7 +58,7 @@ def train_local(cfg: RunConfig, out: TextIO = sys.stdout) -> Outcome:
         row = metrics_row(epoch, stats, val, seconds, classification)
         row["resumed_from_epoch"] = None
         runs.append_metrics(run_dir, row)
-        print(format_row(row, cfg.train.epochs), file=out, flush=True)
+        console.epoch(format_row(row, cfg.train.epochs), row, out=out)
     result = summarize(run_dir, "succeeded", started)
     runs.write_result(run_dir, result)
     return Outcome(run_dir, result)

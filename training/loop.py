@@ -23,6 +23,7 @@ from raytrain import checkpoints, runs
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DATASETS, DatasetSpec, data_context
 from raytrain.models import build_model
+from raytrain.telemetry import RunTelemetry
 
 # ----------------------------------------------------------------------------------------------------------
 # pieces shared with the local loop
@@ -259,6 +260,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
     amp_dtype = autocast_dtype(cfg, device)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
     data = WorkerData(cfg, device)
+    telemetry = RunTelemetry(cfg.run.name, context.get_world_rank(), cfg.per_worker_batch_size)  # [telemetry]
+    telemetry.started(run_dir, start_epoch)  # [telemetry]
     # Rank 0 records this worker group's first optimizer step (after a start or a resume): the time from
     # submission, or from a failure, to training again is read off events.jsonl (raytrain bench p3, p4).
     def record_first_step(step: int) -> None:
@@ -267,12 +270,13 @@ def train_loop_per_worker(loop_config: dict) -> None:
 
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         began = time.perf_counter()
-        train_stats = train_epoch(
+        local_stats = train_epoch(
             model, data.train_batches(epoch), optimizer, loss_fn,
             max_steps=cfg.train.max_steps_per_epoch, grad_clip=cfg.train.grad_clip,
             amp_dtype=amp_dtype, scaler=scaler,
             on_step=record_first_step if is_rank_zero and epoch == start_epoch else None,
-        ).reduced(device)
+        )
+        train_stats = local_stats.reduced(device)
         seconds = time.perf_counter() - began
         val_batches = data.val_batches()
         val_stats = evaluate(model, val_batches, loss_fn, classification, amp_dtype).reduced(device) if val_batches else None
@@ -282,11 +286,13 @@ def train_loop_per_worker(loop_config: dict) -> None:
         if is_rank_zero:
             # The row goes first: if the checkpoint below never lands, resume drops this row and retrains.
             runs.append_metrics(run_dir, row)
+        telemetry.epoch_end(row, local_stats.samples, seconds)  # [telemetry]
         # Ray Train V2 hands a report to its controller through a one-slot queue that is drained every couple of
         # seconds, so reporting every epoch would cost more than a small epoch. Report at checkpoints only; the
         # per-epoch rows reach the user through metrics.jsonl.
         if epoch % cfg.run.checkpoint_every == 0 or epoch == cfg.train.epochs:
             report_checkpoint(model, optimizer, epoch, cfg, row, is_rank_zero)
+            telemetry.checkpointed()  # [telemetry]
 
 
 def report_checkpoint(model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int, cfg: RunConfig, row: dict,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from raytrain import runs
+from raytrain import console, runs
 from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
 from raytrain.data import DATASETS, DataUnavailable, data_context
 from raytrain.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
@@ -215,13 +215,14 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     except DataUnavailable as err:
         runs.write_result(tune_dir, {"status": "failed", "error": str(err)})
         raise LaunchError(str(err)) from None
-    print(f"raytrain: {connect_ray(address)}; tune directory {tune_dir}", file=out, flush=True)
+    console.info("connected", f"{connect_ray(address)}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
     nodes = alive_node_resources()
     per_worker = size_workers(cfg, nodes)
     reserve = 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0.0) for n in nodes) >= 2 else 0.0
     concurrent = concurrent_trials(nodes, per_worker, cfg.scaling.num_workers, search.max_concurrent_trials, reserve)
-    print(f"raytrain: tuning {cfg.run.name}: {search.num_samples} trials of {cfg.scaling.num_workers} workers, "
-          f"{concurrent} at a time, {search.mode} {search.metric} over {', '.join(search.space)}", file=out, flush=True)
+    console.info("tuning", f"tuning {cfg.run.name}: {search.num_samples} trials of {cfg.scaling.num_workers} "
+                 f"workers, {concurrent} at a time, {search.mode} {search.metric} over {', '.join(search.space)}",
+                 out=out)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
     trainable = ray.tune.with_parameters(trial_driver, base=cfg.to_dict(), per_worker=per_worker)
     tuner = ray.tune.Tuner(

@@ -1,0 +1,226 @@
+"""A real Prometheus (Debian's `prometheus`, installed by scripts/setup-system) scrapes a real Ray node while
+`raytrain run` trains on it; then every PromQL query of the chart's Grafana dashboard must return data for that
+run, as Grafana would ask for it (a range query over the run's time), and the values must be the run's own.
+The same run's console output, with --log-format json, must parse line by line.
+
+Prometheus finds Ray's metrics endpoints the way Ray documents it: the service-discovery file Ray writes in its
+temp dir (prom_metrics_service_discovery.json), read through file_sd_configs.
+
+    .venv/bin/python -m pytest -m integration tests/integration/test_prometheus.py -v
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from raytrain.kube import localcluster
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "helm" / "raytrain-cluster" / "dashboards" / "raytrain.json"
+RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
+RAY = str(Path(sys.executable).parent / "ray")
+SCRAPE_S = 1
+EPOCHS = 6
+RUN = "prom-digits"
+# Grafana's $__rate_interval at a 1 s scrape interval: max(4 x scrape interval, $__interval + scrape interval).
+RATE_INTERVAL = f"{4 * SCRAPE_S}s"
+
+
+def get_json(url: str, timeout: float = 10.0) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:  # Prometheus says why in the body (e.g. a PromQL parse error)
+        pytest.fail(f"{urllib.parse.unquote(url)}: HTTP {err.code}: {err.read().decode(errors='replace')}")
+
+
+def wait_for(what: str, check, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the process exited ({proc.returncode}): {log.read_text()[-3000:] if log else ''}")
+        try:
+            value = check()
+            if value:
+                return value
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not ready after {timeout:.0f}s" + (f": {log.read_text()[-3000:]}" if log else ""))
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """One real Ray head node whose processes report metrics every second (Ray's default is 10 s)."""
+    temp_dir = f"/tmp/rtp{secrets.token_hex(3)}"
+    ports = localcluster.Ports.pick()
+    head = localcluster.NodeSpec(name="head", group="head", head=True, num_cpus=2)
+    cmd = localcluster.ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
+                                         head_address=None, dashboard_host="127.0.0.1")
+    log_path = tmp_path_factory.mktemp("ray") / "ray.log"
+    env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    try:
+        localcluster.wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
+        yield {"address": f"127.0.0.1:{ports.gcs}", "temp_dir": Path(temp_dir), "metrics_port": ports.metrics}
+    finally:
+        localcluster.kill_pids(localcluster.tree_pids(proc.pid) + localcluster.pids_mentioning(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prometheus(ray_head, tmp_path_factory):
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: run scripts/setup-system (Debian package `prometheus`)")
+    discovery = ray_head["temp_dir"] / "prom_metrics_service_discovery.json"
+    wait_for(f"Ray's service-discovery file {discovery}", discovery.is_file, timeout=60)
+    work = tmp_path_factory.mktemp("prometheus")
+    config = work / "prometheus.yml"
+    config.write_text(json.dumps({  # JSON is YAML
+        "global": {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"},
+        "scrape_configs": [{"job_name": "ray", "file_sd_configs": [{"files": [str(discovery)],
+                                                                     "refresh_interval": f"{SCRAPE_S}s"}]}],
+    }))
+    port = localcluster.free_port("127.0.0.1")
+    log_path = work / "prometheus.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("prometheus ready", lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200,
+                 timeout=60, proc=proc, log=log_path)
+        # The node's metrics endpoint, found through the discovery file, is scraped and up.
+        wait_for("Ray's metrics endpoint scraped", lambda: any(
+            r["value"][1] == "1" for r in get_json(f"{url}/api/v1/query?query=up")["data"]["result"]),
+            timeout=60, proc=proc, log=log_path)
+        yield url
+    finally:
+        localcluster.kill_pids([proc.pid])
+
+
+@pytest.fixture(scope="module")
+def trained(ray_head, prometheus, tmp_path_factory):
+    """A short digits run on the Ray node, console lines in JSON; returns (run dir, stdout, stderr, start, end)."""
+    storage = tmp_path_factory.mktemp("runs")
+    began = time.time()
+    proc = subprocess.run(
+        [RAYTRAIN, "run", "digits", "--address", ray_head["address"], "--storage", str(storage), "--name", RUN,
+         "--set", f"train.epochs={EPOCHS}", "--set", "run.checkpoint_every=2", "--log-format", "json"],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    time.sleep(3 * SCRAPE_S)  # the last values reach Prometheus
+    return storage / RUN, proc.stdout, proc.stderr, began, time.time()
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def grafana_expr(expr: str) -> str:
+    """The query Grafana sends for this run: $run as the chosen run, $__rate_interval at our scrape interval."""
+    assert re.fullmatch(r"[\w-]+", RUN)  # nothing to escape in a regex matcher
+    return expr.replace("$run", RUN).replace("$__rate_interval", RATE_INTERVAL)
+
+
+def range_query(url: str, expr: str, start: float, end: float) -> list[dict]:
+    params = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": f"{SCRAPE_S}s"})
+    body = get_json(f"{url}/api/v1/query_range?{params}")
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_every_dashboard_panel_has_data_for_a_run_on_a_real_ray_node(prometheus, trained):
+    run_dir, _, _, began, ended = trained
+    queries = dashboard_queries()
+    assert queries
+    empty = []
+    for title, expr in queries:
+        series = range_query(prometheus, grafana_expr(expr), began, ended)
+        values = [float(v) for s in series for _, v in s["values"]]
+        if not values or all(v != v for v in values):  # no samples, or NaN only
+            empty.append(f"{title}: {expr}")
+    assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+
+    # The run selector lists the run.
+    params = urllib.parse.urlencode({"match[]": "ray_raytrain_epoch", "start": began, "end": ended})
+    assert RUN in get_json(f"{prometheus}/api/v1/label/run/values?{params}")["data"]
+
+    # The values are the run's own: last epoch, last losses, no restarts.
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    def last(metric: str) -> float:
+        [series] = range_query(prometheus, f'max by (run) ({metric}{{run="{RUN}"}})', began, ended)
+        return float(series["values"][-1][1])
+
+    assert last("ray_raytrain_epoch") == EPOCHS
+    assert last("ray_raytrain_train_loss") == pytest.approx(rows[-1]["train_loss"])
+    assert last("ray_raytrain_val_accuracy") == pytest.approx(rows[-1]["val_accuracy"])
+    assert last("ray_raytrain_restarts") == 0 and last("ray_raytrain_resumes") == 0
+    # Set once at the start, yet in (nearly) every scrape while the run trains: the values are kept alive.
+    [series] = range_query(prometheus, f'ray_raytrain_restarts{{run="{RUN}"}}', began, ended)
+    assert len(series["values"]) >= 5, series["values"]
+    per_rank = range_query(prometheus, f'ray_raytrain_worker_samples_per_second{{run="{RUN}"}}', began, ended)
+    assert sorted({s["metric"]["rank"] for s in per_rank}) == ["0", "1"]
+
+
+def test_json_console_lines_parse_one_by_one(trained):
+    run_dir, stdout, stderr, _, _ = trained
+    records = [json.loads(line) for line in stdout.splitlines()]  # every line, or this raises
+    assert records and all(set(r) == {"time", "level", "run", "rank", "event", "message", "fields"} for r in records)
+    assert {r["run"] for r in records} == {RUN}
+    epochs = [r for r in records if r["event"] == "epoch"]
+    assert [r["fields"]["epoch"] for r in epochs] == list(range(1, EPOCHS + 1))
+    assert all(r["rank"] == 0 and r["level"] == "info" for r in epochs)
+    [result] = [r for r in records if r["event"] == "result"]
+    assert result["fields"]["status"] == "succeeded" and result["fields"]["run_dir"] == str(run_dir)
+    # The attempt's lines are kept beside the run (a failed RayJob attempt's pod goes, and its logs with it).
+    [copy] = (run_dir / "driver-logs").iterdir()
+    assert copy.read_text().splitlines() == stdout.splitlines()
+    for line in stderr.splitlines():  # Ray's own lines may appear there; raytrain's are JSON
+        if line.startswith("{"):
+            json.loads(line)
+        else:
+            assert not line.startswith("raytrain:"), line
+
+
+def test_a_resumed_run_reports_its_restart_and_resume(ray_head, prometheus, tmp_path):
+    """The same run invoked again (a RayJob retried) resumes from its checkpoint: restarts 1, resumes 1."""
+    name = "prom-resume"
+    began = time.time()
+    for epochs in (2, 3):
+        proc = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head["address"], "--storage", str(tmp_path),
+                               "--name", name, "--set", f"train.epochs={epochs}", "--set", "run.checkpoint_every=1"],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "resuming after epoch 2" in proc.stdout
+    time.sleep(3 * SCRAPE_S)
+    ended = time.time()
+
+    def last(metric: str) -> float:
+        [series] = range_query(prometheus, f'max by (run) ({metric}{{run="{name}"}})', began, ended)
+        return float(series["values"][-1][1])
+
+    assert last("ray_raytrain_restarts") == 1 and last("ray_raytrain_resumes") == 1
+    assert last("ray_raytrain_epoch") == 3
+    newest = max(p.stat().st_mtime for p in (tmp_path / name).glob("checkpoint_*/meta.json"))
+    assert last("ray_raytrain_last_checkpoint_timestamp_seconds") == pytest.approx(newest, abs=5)
