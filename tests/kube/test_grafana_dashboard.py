@@ -5,9 +5,9 @@ import json
 import pytest
 
 from raytrain.kube.render import ChartError, lint_chart, render_chart
-from raytrain.kube.schemas import repo_root
+from pathlib import Path
 
-CHART = repo_root() / "helm" / "raytrain-cluster"
+CHART = Path(__file__).resolve().parents[2] / "helm" / "raytrain-cluster"
 DASHBOARD = CHART / "dashboards" / "raytrain.json"
 
 
