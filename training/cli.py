@@ -2,6 +2,7 @@
 
 Environment it reads:
   RAY_ADDRESS             when --address is not given: join that cluster (set for drivers of submitted Ray jobs)
+  RAY_JOB_CONFIG_JSON_ENV_VAR  set by Ray for a submitted job's driver: the job's runtime env ships the user's code
   RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate); default: the
                           checkout's ../shared/kuberay-crds-v1.7.0
 """
@@ -24,8 +25,11 @@ def _error(message: str) -> None:
 
 
 def _load(args: argparse.Namespace):
+    from raytrain import workdir
     from raytrain.config import load_config
 
+    # The user's modules (`_component_: my_models.Net`) resolve from the project directory, as `python train.py`.
+    workdir.use(args.working_dir or os.getcwd())
     overrides = list(args.set or [])
     if args.name:
         overrides.append(f"run.name={args.name}")
@@ -57,10 +61,14 @@ def _report(outcome) -> int:
     return EXIT_OK
 
 
+def _in_submitted_job() -> bool:
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.launcher import train
 
-    return _report(train(_load(args), address=_address(args)))
+    return _report(train(_load(args), address=_address(args), in_submitted_job=_in_submitted_job()))
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -77,7 +85,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
-    summary = tune_run(cfg, search, address=_address(args))
+    summary = tune_run(cfg, search, address=_address(args), in_submitted_job=_in_submitted_job())
     for trial in summary["trials"]:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         score = trial["metrics"].get(search.metric)
@@ -102,12 +110,12 @@ def cmd_data(args: argparse.Namespace) -> int:
         if args.dataset == "mnist":
             from raytrain.data import mnist
 
-            mnist.prepare(mnist.MNISTParams(download=True), ctx)
+            mnist.prepare(mnist.MNIST(download=True), ctx)
             print(f"raytrain: MNIST is in {ctx.root / 'MNIST'}", flush=True)
         else:
             from raytrain.data import cifar10
 
-            p = cifar10.CIFAR10Params(synthetic=args.synthetic, synthetic_train=args.synthetic_train,
+            p = cifar10.CIFAR10(synthetic=args.synthetic, synthetic_train=args.synthetic_train,
                                       synthetic_val=args.synthetic_val)
             cifar10.prepare(p, ctx)
             if not args.synthetic:
@@ -219,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--name", help="run name: the directory under the storage path (same name = resume)")
         p.add_argument("--storage", metavar="PATH", help="storage path for runs (on a cluster: the shared volume)")
         p.add_argument("--smoke-test", action="store_true", help="apply the config's smoke block: a seconds-long run")
+        p.add_argument("--working-dir", metavar="DIR", help="your project's directory, where the config's "
+                                                            "_component_ modules are imported from (default: the "
+                                                            "current directory)")
         p.set_defaults(func=func)
         return p
 
@@ -253,17 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from raytrain.config import ConfigError
-    from raytrain.launcher import LaunchError
+    from raytrain.errors import UserError
 
     try:
         return args.func(args)
-    except ConfigError as err:
+    except UserError as err:
         _error(str(err))
-        return EXIT_USAGE
-    except LaunchError as err:
-        _error(str(err))
-        return EXIT_FAILED
+        return err.exit_code
     except KeyboardInterrupt:
         _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
         return 130
