@@ -14,9 +14,8 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Callable, Iterable, Optional
-
-import torch
+import shutil
+from typing import Any, Callable, Iterable, Optional
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -49,9 +48,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_checkpoint(directory: Path, *, model_state: dict, optimizer_state: dict, epoch: int, config: dict) -> None:
+def write_checkpoint(directory: Path, *, model_state: dict, optimizer_state: Optional[dict], epoch: int, config: dict,
+                     extra: Optional[dict[str, Any]] = None) -> None:
+    import torch
+
     directory.mkdir(parents=True, exist_ok=True)
-    state = {"model": model_state, "optimizer": optimizer_state, "epoch": epoch, "config": config}
+    state = {"model": model_state, "optimizer": optimizer_state, "epoch": epoch, "config": config,
+             "extra": extra or {}}
     _atomic_write(directory / STATE_FILE, lambda tmp: torch.save(state, tmp))
     meta = {"format": FORMAT, "epoch": epoch, "sha256": _sha256(directory / STATE_FILE)}
     _atomic_write(directory / META_FILE, lambda tmp: tmp.write_text(json.dumps(meta)))
@@ -68,6 +71,8 @@ def read_checkpoint(directory: Path) -> dict:
         raise CheckpointUnreadable(f"{STATE_FILE} is missing")
     if _sha256(state_path) != meta.get("sha256"):
         raise CheckpointUnreadable(f"{STATE_FILE} does not match the hash in {META_FILE} (truncated or corrupted)")
+    import torch
+
     try:
         return torch.load(state_path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for a bad pickle
@@ -105,3 +110,9 @@ def load_newest(paths: Iterable[Path], warn: Callable[[str], None]) -> Optional[
         except CheckpointUnreadable as why:
             warn(f"checkpoint {path} is unreadable: {why}; falling back to the one before")
     return None
+
+
+def remove(directory: Path) -> None:
+    """Delete a checkpoint directory: its meta first, so that a crash midway leaves one that reads as damaged."""
+    (directory / META_FILE).unlink(missing_ok=True)
+    shutil.rmtree(directory, ignore_errors=True)

@@ -3,6 +3,7 @@
 Environment it reads:
   RAYTRAIN_LOG_FORMAT     human (default) or json, when --log-format is not given (e.g. in a RayJob's entrypoint env)
   RAY_ADDRESS             when --address is not given: join that cluster (set for drivers of submitted Ray jobs)
+  RAY_JOB_CONFIG_JSON_ENV_VAR  set by Ray for a submitted job's driver: the job's runtime env ships the user's code
   RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate) when --crds is not given;
                           without either, the user cache ${XDG_CACHE_HOME:-~/.cache}/raytrain/kuberay-crds-v1.7.0,
                           downloaded there once (kube/crds.py)
@@ -33,9 +34,12 @@ def _error(message: str) -> None:
 
 
 def _load(args: argparse.Namespace):
+    from raytrain import workdir
     from raytrain.config import load_config
     from raytrain.runs import run_dir_of
 
+    # The user's modules (`_component_: my_models.Net`) resolve from the project directory, as `python train.py`.
+    workdir.use(args.working_dir or os.getcwd())
     cfg = load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test)
     console.configure(run=cfg.run.name)
     try:  # this attempt's lines beside the run: they outlive the pod that printed them
@@ -68,10 +72,14 @@ def _report(outcome) -> int:
     return EXIT_OK
 
 
+def _in_submitted_job() -> bool:
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.launcher import train
 
-    return _report(train(_load(args), address=_address(args)))
+    return _report(train(_load(args), address=_address(args), in_submitted_job=_in_submitted_job()))
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -88,7 +96,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
-    summary = tune_run(cfg, search, address=_address(args))
+    summary = tune_run(cfg, search, address=_address(args), in_submitted_job=_in_submitted_job())
     for trial in summary["trials"]:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         score = trial["metrics"].get(search.metric)
@@ -114,12 +122,12 @@ def cmd_data(args: argparse.Namespace) -> int:
         if args.dataset == "mnist":
             from raytrain.data import mnist
 
-            mnist.prepare(mnist.MNISTParams(download=True), ctx)
+            mnist.prepare(mnist.MNIST(download=True), ctx)
             console.info("data", f"MNIST is in {ctx.root / 'MNIST'}")
         else:
             from raytrain.data import cifar10
 
-            p = cifar10.CIFAR10Params(synthetic=args.synthetic, synthetic_train=args.synthetic_train,
+            p = cifar10.CIFAR10(synthetic=args.synthetic, synthetic_train=args.synthetic_train,
                                       synthetic_val=args.synthetic_val)
             cifar10.prepare(p, ctx)
             if not args.synthetic:

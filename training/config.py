@@ -2,32 +2,38 @@
 
 Resolution order (later wins): the defaults below -> the YAML file (or preset) -> its `smoke:` block when
 smoke mode is asked for -> `--set key=value` overrides. Unknown keys, wrong types and impossible values are
-rejected here, before Ray starts, with a message that names the file, the key and the fix.
+rejected here, before Ray starts, with a message that names the file (or the --set), the key and the fix.
 
-`model` and `data` hold a `name` that picks a builder (training/models.py, training/data/); the other keys of
-those sections are that builder's own parameters, declared as dataclasses next to the builder.
+`model`, `data` and `loop` name code by import path (`_component_`, see raytrain.components): the built-in models
+and datasets are components like a user's own, and their other keys are the callable's keyword arguments, checked
+against its signature. `train`, `scaling` and `run` are raytrain's own sections, checked the same way (pydantic over
+the dataclasses below). `train.loss` is a component too: a name, an import path, or a mapping with `_component_`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import difflib
-import types
+import inspect
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
+from pydantic import Field
 
-from raytrain.errors import UsageError
+from raytrain import components
+from raytrain.components import COMPONENT_KEY, Component, ComponentError
+from raytrain.errors import ConfigError
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
+__all__ = ["ConfigError", "RunConfig", "load_config", "config_from_dict", "dump_yaml"]
 
-class ConfigError(UsageError, ValueError):
-    """A config the user must fix; str() is the whole message, ready to print."""
-
+Positive = Annotated[int, Field(gt=0)]
+NonNegative = Annotated[int, Field(ge=0)]
+FiniteNonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 # ----------------------------------------------------------------------------------------------------------
 # defaults
@@ -35,74 +41,97 @@ class ConfigError(UsageError, ValueError):
 
 @dataclass
 class TrainSection:
-    epochs: int = 10  # passes over the training set
-    batch_size: int = 64  # GLOBAL batch size; each of N workers gets batch_size / N
+    epochs: Positive = 10  # passes over the training set
+    batch_size: Positive = 64  # GLOBAL batch size; each of N workers gets batch_size / N
     optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    momentum: float = 0.9  # sgd only
+    lr: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1e-3
+    weight_decay: FiniteNonNegative = 0.0
+    momentum: FiniteNonNegative = 0.9  # sgd only
     mixed_precision: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on GPU, off on CPU
-    grad_clip: float = 0.0  # max global grad norm; 0 disables
-    seed: int = 0
-    max_steps_per_epoch: int = 0  # 0 = the whole epoch; smoke runs cap it
-    torch_threads: int = 0  # intra-op threads per worker; 0 = derived from the worker's CPUs
+    grad_clip: FiniteNonNegative = 0.0  # max global grad norm; 0 disables
+    seed: NonNegative = 0
+    max_steps_per_epoch: NonNegative = 0  # 0 = the whole epoch; smoke runs cap it
+    torch_threads: NonNegative = 0  # intra-op threads per worker; 0 = derived from the worker's CPUs
+    # cross_entropy (classification: val_accuracy too) | mse | l1 | nll | an import path | {_component_: ..., kwargs}
+    loss: Union[str, dict] = "cross_entropy"
 
 
 @dataclass
 class ScalingSection:
-    num_workers: int = 2  # Ray Train workers (DDP ranks)
+    num_workers: Positive = 2  # Ray Train workers (DDP ranks)
     use_gpu: bool = False
-    cpus_per_worker: Union[float, Literal["auto"]] = "auto"  # auto: fit the workers into the cluster, <= 1 each
-    gpus_per_worker: float = 1.0  # only with use_gpu
+    # auto: fit the workers into the cluster, <= 1 each
+    cpus_per_worker: Union[Literal["auto"], Annotated[float, Field(gt=0, allow_inf_nan=False)]] = "auto"
+    gpus_per_worker: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # only with use_gpu
 
 
 @dataclass
 class RunSection:
     name: Optional[str] = None  # run directory under storage_path; default: the config's name
     storage_path: str = "./runs"  # on a cluster: the shared volume, e.g. /mnt/shared/runs
-    checkpoint_every: int = 1  # epochs between checkpoints (the last epoch always checkpoints)
-    keep_checkpoints: int = 2  # newest N kept; >= 2 lets a corrupt newest fall back to the one before
-    max_failures: int = 3  # worker-group restarts before the run fails; -1 = unlimited
+    checkpoint_every: Positive = 1  # epochs between checkpoints (the last epoch always checkpoints)
+    keep_checkpoints: Positive = 2  # newest N kept; >= 2 lets a corrupt newest fall back to the one before
+    max_failures: Annotated[int, Field(ge=-1)] = 3  # worker-group restarts before the run fails; -1 = unlimited
 
 
-@dataclass
-class ModelSection:
-    name: str
-    params: Any  # the builder's parameter dataclass
+DEFAULT_LOOP = "raytrain.loop.train_loop"  # the built-in per-worker loop, itself written against raytrain.Session
+CLASSIFICATION_LOSSES = {"torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss",
+                         "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss", "torch.nn.modules.loss.CrossEntropyLoss",
+                         "torch.nn.modules.loss.NLLLoss"}
 
 
 @dataclass
 class DataSection:
-    name: str
-    loader: Literal["torch", "ray"]  # torch: map-style dataset + prepare_data_loader; ray: Ray Data shards
-    params: Any  # the builder's parameter dataclass
+    component: Component
+    loader: Literal["torch", "ray"]  # torch: map-style datasets + prepare_data_loader; ray: Ray Data shards
+
+    @property
+    def kwargs(self) -> dict:
+        return self.component.kwargs
+
+    @property
+    def path(self) -> str:
+        return self.component.path
 
 
 @dataclass
 class RunConfig:
-    model: ModelSection
+    model: Component
     data: DataSection
+    loss: Component
+    loop: Component
     train: TrainSection = field(default_factory=TrainSection)
     scaling: ScalingSection = field(default_factory=ScalingSection)
     run: RunSection = field(default_factory=RunSection)
     source: str = "<defaults>"  # where the file part came from, for messages; not a setting
+    # Component sections whose code cannot be imported here (raytrain validate without the user's project): their
+    # keys are the user's and are checked when the run starts.
+    unchecked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data: what config.yaml and every checkpoint store."""
+        train = asdict(self.train)
+        train["loss"] = self.loss.path if not self.loss.kwargs else self.loss.to_dict()
         return {
-            "model": {"name": self.model.name, **dataclasses.asdict(self.model.params)},
-            "data": {"name": self.data.name, "loader": self.data.loader, **dataclasses.asdict(self.data.params)},
-            "train": dataclasses.asdict(self.train),
-            "scaling": dataclasses.asdict(self.scaling),
-            "run": dataclasses.asdict(self.run),
+            "model": self.model.to_dict(),
+            "data": {COMPONENT_KEY: self.data.path, "loader": self.data.loader, **self.data.kwargs},
+            "loop": self.loop.to_dict(),
+            "train": train,
+            "scaling": asdict(self.scaling),
+            "run": asdict(self.run),
         }
 
     @property
     def per_worker_batch_size(self) -> int:
         return self.train.batch_size // self.scaling.num_workers
 
+    @property
+    def classification(self) -> bool:
+        """Whether the loss is a classification loss: then validation reports accuracy too."""
+        return self.loss.path in CLASSIFICATION_LOSSES
 
-SECTIONS = ("model", "data", "train", "scaling", "run")
+
+SECTIONS = ("model", "data", "loop", "train", "scaling", "run")
 SMOKE_KEY = "smoke"  # a preset's block of dotted overrides for a seconds-long run
 INCLUDE_KEY = "include"  # files layered under this one, e.g. a hyperparameters file and an environment file
 
@@ -145,21 +174,27 @@ def read_yaml_mapping(path: Path) -> dict:
     return loaded
 
 
-def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = False) -> RunConfig:
-    """Resolve a run config: defaults -> file (or preset, its include: files first) -> smoke block -> --set."""
+def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = False,
+                import_user_code: bool = True) -> RunConfig:
+    """Resolve a run config: defaults -> file (or preset, its include: files first) -> smoke block -> --set.
+    import_user_code=False (raytrain validate, which runs without the user's project and without torch): only
+    raytrain's own components are imported and checked; the others are listed in `unchecked`."""
     path = resolve_config_path(ref)
     raw, smoke_block, included = _read_layered(path)
     source = f"{path} (with {', '.join(map(str, included))})" if included else str(path)
+    origins: dict[str, str] = {}  # dotted key -> what set it last, when not the file itself
     if smoke:
         for key, value in smoke_block.items():
             _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
+            origins[str(key)] = f"{source} ({SMOKE_KEY} block)"
     for override in overrides:
         key, value = parse_override(override)
         _set_dotted(raw, key, value, f"--set {override}")
+        origins[key] = f"--set {override}"
     raw.setdefault("run", {})
     if raw["run"].get("name") is None:
         raw["run"]["name"] = path.stem
-    return build_config(raw, source)
+    return build_config(raw, source, origins=origins, import_user_code=import_user_code)
 
 
 def _read_layered(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict, list[Path]]:
@@ -218,70 +253,104 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
     parts = key.split(".")
-    if len(parts) != 2:
+    if len(parts) < 2 or not all(parts):
         raise ConfigError(
             f"{where}: '{key}' is not section.key. Fix: prefix it with its section, e.g. train.lr "
             f"(sections: {', '.join(SECTIONS)})."
         )
-    section, name = parts
-    if section not in SECTIONS:
-        raise ConfigError(_unknown(where, section, SECTIONS))
-    raw.setdefault(section, {})[name] = value
+    if parts[0] not in SECTIONS:
+        raise ConfigError(_unknown(where, f"section '{parts[0]}'", SECTIONS, value=parts[0]))
+    node = raw.setdefault(parts[0], {})
+    for part in parts[1:-1]:  # a component's nested argument, e.g. model.encoder.layers
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
 
 
-def build_config(raw: dict, source: str) -> RunConfig:
-    """Turn plain data (a file or a checkpoint's stored config) into a validated RunConfig."""
-    from raytrain import data as datasets
-    from raytrain import models
+def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = None,
+                 import_user_code: bool = True) -> RunConfig:
+    """Turn plain data (a file, or a checkpoint's stored config) into a validated RunConfig."""
+    from raytrain.data import DataContext, DataSource
 
-    model_raw = dict(raw.get("model") or {})
-    data_raw = dict(raw.get("data") or {})
-    model_name = _required_name(source, "model", model_raw, models.MODELS)
-    data_name = _required_name(source, "data", data_raw, datasets.DATASETS)
-    spec = datasets.DATASETS[data_name]
-    loader = data_raw.pop("loader", spec.loaders[0])
-    if loader not in spec.loaders:
-        raise ConfigError(
-            f"{source}: data.loader: '{loader}' is not available for data.name '{data_name}'. "
-            f"Fix: use one of {', '.join(spec.loaders)}."
-        )
-    config = RunConfig(
-        model=ModelSection(model_name, _build_dataclass(models.MODELS[model_name].params, model_raw, source, "model")),
-        data=DataSection(data_name, loader, _build_dataclass(spec.params, data_raw, source, "data")),
-        train=_build_dataclass(TrainSection, raw.get("train") or {}, source, "train"),
-        scaling=_build_dataclass(ScalingSection, raw.get("scaling") or {}, source, "scaling"),
-        run=_build_dataclass(RunSection, raw.get("run") or {}, source, "run"),
-        source=source,
-    )
-    _check_values(config)
-    models.MODELS[model_name].check(config, _fail(source))
-    spec.check(config, _fail(source))
+    origins = origins or {}
+
+    def where(key: str) -> str:  # a value set with --set is blamed on the --set, not on the file
+        return origins.get(key) or source
+
+    unchecked: list[str] = []
+
+    def component(section: str, raw_section: Any, **options) -> tuple[Component, dict]:
+        if not isinstance(raw_section, dict):
+            raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(raw_section)}. "
+                              f"Fix: write it as '{section}:' followed by indented key: value lines.")
+        reference, rest = components.split_section(raw_section, where, section, options.get("default"))
+        path = components.canonical_path(str(reference), section) if isinstance(reference, str) else ""
+        if import_user_code or not path or path.startswith("raytrain."):
+            return components.resolve(raw_section, where, section, **options)
+        own = {key: rest.pop(key) for key in options.get("reserved", ()) if key in rest}
+        unchecked.append(f"{section}: {path}")
+        return Component(path, _unavailable, rest), own
+
+    train = _section(TrainSection, raw.get("train"), where, "train")
+    scaling = _section(ScalingSection, raw.get("scaling"), where, "scaling")
+    run = _section(RunSection, raw.get("run"), where, "run")
+    model, _ = component("model", raw.get("model") or {})
+    data_component, own = component("data", raw.get("data") or {}, reserved=("loader",), injected=(DataContext,))
+    loop, _ = component("loop", raw.get("loop") or {}, default=DEFAULT_LOOP, skip=1)
+    loss = _loss(train.loss, where, import_user_code)
+    source_class = data_component.target if isinstance(data_component.target, type) and issubclass(
+        data_component.target, DataSource) else None
+    loaders = source_class.loaders if source_class else ("torch", "ray")
+    loader = own.get("loader", loaders[0])
+    if loader not in loaders:
+        raise ConfigError(f"{where('data.loader')}: data.loader: {loader!r} is not available for "
+                          f"{data_component.path}. Fix: use one of {', '.join(loaders)}.")
+    config = RunConfig(model=model, data=DataSection(data_component, loader), loss=loss, loop=loop, train=train,
+                       scaling=scaling, run=run, source=source, unchecked=unchecked)
+    _check_values(config, where)
+    if source_class is not None:
+        components.instantiate(data_component).check(config, _fail(where))
     return config
 
 
-def _fail(source: str):
+def _unavailable(*_args, **_kwargs):
+    raise ConfigError("this component's code is not importable here")
+
+
+def _section(cls: type, raw: Any, where: components.Where, section: str):
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{components.where_of(where, section)}: section '{section}' must be a mapping, got "
+                          f"{_typename(raw)}. Fix: write it as '{section}:' followed by indented key: value lines.")
+    return cls(**components.check_kwargs(cls, raw, where, section, path=f"the '{section}' section"))
+
+
+def _loss(value: Union[str, dict], where: components.Where, import_code: bool = True) -> Component:
+    """train.loss: a name or import path, or {_component_: path, kwargs}. A class (torch.nn.MSELoss) is
+    instantiated with the kwargs; a function gets them on every call after (input, target)."""
+    raw = {COMPONENT_KEY: value} if isinstance(value, str) else dict(value)
+    reference, kwargs = components.split_section(raw, where, "train.loss")
+    if not import_code and isinstance(reference, str):  # torch's and the user's losses: checked when the run starts
+        return Component(components.canonical_path(reference, "loss"), _unavailable, kwargs)
+    path, target = components.import_target(reference, where, "loss")
+    skip = 0 if inspect.isclass(target) else 2
+    checked = components.check_kwargs(target, kwargs, where, "train.loss", skip=skip, path=path)
+    return Component(path, target, {key: checked[key] for key in kwargs})  # a loss's defaults are torch's business
+
+
+def _fail(where: components.Where):
     def fail(key: str, problem: str, fix: str) -> typing.NoReturn:
-        raise ConfigError(f"{source}: {key}: {problem}. Fix: {fix}.")
+        raise ConfigError(f"{components.where_of(where, key)}: {key}: {problem}. Fix: {fix}.")
 
     return fail
 
 
-def _check_values(cfg: RunConfig) -> None:
-    fail = _fail(cfg.source)
+def _check_values(cfg: RunConfig, where: components.Where) -> None:
+    """Rules across keys; each key's own range is in its annotation above."""
+    fail = _fail(where)
     t, s, r = cfg.train, cfg.scaling, cfg.run
-    if t.epochs < 1:
-        fail("train.epochs", f"{t.epochs} is not a positive number of epochs", "set train.epochs to 1 or more")
-    if t.lr <= 0:
-        fail("train.lr", f"{t.lr} must be > 0", "use a learning rate such as 1e-3")
-    if t.weight_decay < 0:
-        fail("train.weight_decay", f"{t.weight_decay} must be >= 0", "use 0 to disable weight decay")
-    if t.grad_clip < 0:
-        fail("train.grad_clip", f"{t.grad_clip} must be >= 0", "use 0 to disable clipping")
-    if t.max_steps_per_epoch < 0 or t.torch_threads < 0:
-        key = "train.max_steps_per_epoch" if t.max_steps_per_epoch < 0 else "train.torch_threads"
-        fail(key, "must be >= 0", "use 0 for the default")
-    if s.num_workers < 1:
-        fail("scaling.num_workers", f"{s.num_workers} workers cannot train", "set scaling.num_workers to 1 or more")
     if t.batch_size < s.num_workers:
         fail(
             "train.batch_size",
@@ -295,35 +364,16 @@ def _check_values(cfg: RunConfig) -> None:
             f"global batch size {t.batch_size} does not split evenly over {s.num_workers} workers",
             f"use {lower} or {lower + s.num_workers}, or change scaling.num_workers",
         )
-    if s.cpus_per_worker != "auto" and s.cpus_per_worker <= 0:
-        fail("scaling.cpus_per_worker", f"{s.cpus_per_worker} must be > 0", "use a positive number or 'auto'")
-    if s.use_gpu and s.gpus_per_worker <= 0:
-        fail("scaling.gpus_per_worker", f"{s.gpus_per_worker} must be > 0 with use_gpu", "use 1")
     if not s.use_gpu and t.mixed_precision in ("bf16", "fp16"):
         fail(
             "train.mixed_precision",
             f"'{t.mixed_precision}' needs a GPU but scaling.use_gpu is false",
             "use 'auto' or 'off' on CPU, or set scaling.use_gpu=true",
         )
-    if r.checkpoint_every < 1:
-        fail("run.checkpoint_every", f"{r.checkpoint_every} must be >= 1", "checkpoint every 1 or more epochs")
-    if r.keep_checkpoints < 1:
-        fail("run.keep_checkpoints", f"{r.keep_checkpoints} must be >= 1", "keep at least 1 (2 allows fallback)")
-    if r.max_failures < -1:
-        fail("run.max_failures", f"{r.max_failures} is not allowed", "use -1 (unlimited), 0, or a positive count")
-    if not r.name or "/" in r.name or r.name in (".", ".."):
+    if not r.name or "/" in r.name or "\\" in r.name or r.name in (".", "..") or r.name != r.name.strip():
         fail("run.name", f"'{r.name}' cannot name a run directory", "use letters, digits, '-' and '_'")
-    if not r.storage_path:
+    if not r.storage_path or not r.storage_path.strip():
         fail("run.storage_path", "is empty", "give a directory, on a cluster the shared volume such as /mnt/shared/runs")
-
-
-def _required_name(source: str, section: str, raw: dict, registry: dict) -> str:
-    name = raw.pop("name", None)
-    if name is None:
-        raise ConfigError(f"{source}: {section}.name is missing. Fix: set it to one of {', '.join(sorted(registry))}.")
-    if name not in registry:
-        raise ConfigError(_unknown(source, f"{section}.name '{name}'", sorted(registry), value=str(name)))
-    return name
 
 
 def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optional[str] = None) -> str:
@@ -332,78 +382,6 @@ def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optio
     close = difflib.get_close_matches(probe, allowed, n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
     return f"{source}: unknown {what}. Fix: {hint}allowed: {', '.join(allowed)}."
-
-
-def _build_dataclass(cls: type, raw: dict, source: str, section: str):
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: section '{section}' must be a mapping, got {_typename(raw)}. "
-                          f"Fix: write it as '{section}:' followed by indented key: value lines.")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    values = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise ConfigError(_unknown(source, f"key '{section}.{key}'", sorted(known), value=str(key)))
-        values[key] = _coerce(value, hints[key], source, f"{section}.{key}")
-    missing = [f.name for f in fields(cls) if f.name not in values and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ConfigError(f"{source}: {section}.{missing[0]} is required. Fix: set it in the '{section}' section.")
-    return cls(**values)
-
-
-def _coerce(value: Any, hint: Any, source: str, key: str) -> Any:
-    """Check one value against its annotation; ints are accepted where floats are expected, nothing else."""
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        for option in typing.get_args(hint):
-            try:
-                return _coerce(value, option, source, key)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{source}: {key}: {value!r} is not {_describe(hint)}. Fix: use {_describe(hint)}.")
-    if origin is Literal:
-        choices = typing.get_args(hint)
-        if value in choices:
-            return value
-        raise ConfigError(f"{source}: {key}: {value!r} is not allowed. Fix: use one of {', '.join(map(str, choices))}.")
-    if hint is type(None):
-        if value is None:
-            return None
-    elif hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # PyYAML (YAML 1.1) reads 1e-3 without a dot as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif origin is list or hint is list:
-        if isinstance(value, list):
-            return value
-    else:
-        return value
-    raise ConfigError(f"{source}: {key}: {value!r} is not {_describe(hint)}. Fix: use {_describe(hint)}.")
-
-
-def _describe(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_describe(option) for option in typing.get_args(hint))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(c) for c in typing.get_args(hint))
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(
-        hint, getattr(hint, "__name__", str(hint))
-    )
 
 
 def _typename(value: Any) -> str:
@@ -416,7 +394,7 @@ def _one_line(err: Exception) -> str:
 
 def config_from_dict(resolved: dict, source: str = "<stored config>") -> RunConfig:
     """Rebuild a RunConfig from to_dict() output (what the launcher ships to the workers)."""
-    return build_config({k: dict(v) for k, v in resolved.items()}, source)
+    return build_config(copy.deepcopy(resolved), source)
 
 
 def dump_yaml(cfg: RunConfig) -> str:

@@ -17,3 +17,11 @@ class UsageError(RaytrainError):
     """Bad input (a config, a flag, a missing file or tool): nothing ran."""
 
     exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError, ValueError):
+    """A run config (or its components, or a command-line value) the user must fix."""
+
+
+class LaunchError(RaytrainError, RuntimeError):
+    """The run cannot start or did not finish; the message is one paragraph for the user."""

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import checkpoints, console, runs
+from raytrain import checkpoints, console, preflight, runs
 from raytrain.config import RunConfig, dump_yaml
-from raytrain.errors import RaytrainError
-from raytrain.data import DATASETS, DataUnavailable, data_context
+from raytrain.errors import LaunchError
 from raytrain.loop import format_row
 
 
@@ -27,10 +26,6 @@ from raytrain.loop import format_row
 # waits for that poll. Half a second keeps checkpoints and failure detection prompt at negligible cost for the
 # handful of workers a job has. An explicit RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in the environment wins.
 CONTROLLER_POLL_INTERVAL_S = "0.5"
-
-
-class LaunchError(RaytrainError, RuntimeError):
-    """The run cannot start or did not finish; the message is one paragraph for the user."""
 
 
 @dataclass
@@ -103,8 +98,11 @@ def alive_node_resources() -> list[dict]:
 # Ray
 
 
-def connect_ray(address: Optional[str]) -> str:
-    """Join the cluster at `address`, or start an embedded local Ray. Returns a description for the log."""
+def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
+                code_dir: Optional[Path] = None) -> str:
+    """Join the cluster at `address`, or start an embedded local Ray. Returns a description for the log.
+    runtime_env: what a joining driver ships (the user's code); code_dir: the user's project directory, which an
+    embedded Ray's workers find through PYTHONPATH (they inherit this process's environment)."""
     import logging
 
     import ray
@@ -118,8 +116,11 @@ def connect_ray(address: Optional[str]) -> str:
     # that asked for no GPU see none), so the tip is noise here.
     warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, runtime_env=runtime_env or None)
         return f"joined Ray cluster at {address}"
+    if code_dir is not None:
+        paths = [str(code_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     # address="local" always starts a new embedded Ray, even if another local cluster is running.
     ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     return f"started embedded Ray ({os.cpu_count()} CPUs)"
@@ -212,15 +213,13 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from raytrain.loop import train_loop_per_worker
+    from raytrain.session import worker_entry
 
-    datasets = None
-    if cfg.data.loader == "ray":
-        train_ds, val_ds = DATASETS[cfg.data.name].ray_datasets(cfg.data.params, data_context(cfg))
-        datasets = {"train": train_ds, **({"val": val_ds} if val_ds is not None else {})}
+    code_dir = preflight.user_code_dir(cfg)
     return TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"]},
+        worker_entry,
+        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],
+                           "working_dir": str(code_dir) if code_dir else None},
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.scaling.num_workers,
             use_gpu=cfg.scaling.use_gpu,
@@ -233,23 +232,27 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=list(callbacks),
         ),
-        datasets=datasets,
+        datasets=preflight.driver_datasets(cfg),
     )
 
 
-def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout) -> Outcome:
-    """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}."""
+def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout,
+          in_submitted_job: bool = False) -> Outcome:
+    """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}.
+    in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's code."""
     started = time.time()
+    preflight.check_model_builds(cfg)
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     runs.write_config(run_dir, dump_yaml(cfg))
-    spec = DATASETS[cfg.data.name]
     try:
-        spec.prepare(cfg.data.params, data_context(cfg))
-    except DataUnavailable as err:
+        preflight.prepare_data(cfg)
+    except LaunchError as err:
         runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
-        raise LaunchError(str(err)) from None
+        raise
 
-    console.info("connected", f"{connect_ray(address)}; run directory {run_dir}", out=out, run_dir=str(run_dir))
+    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
+    connected = connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
+    console.info("connected", f"{connected}; run directory {run_dir}", out=out, run_dir=str(run_dir))
     try:
         per_worker = size_workers(cfg, alive_node_resources())
     except LaunchError as err:

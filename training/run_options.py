@@ -14,6 +14,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="run name: the directory under the storage path (same name = resume)")
     parser.add_argument("--storage", metavar="PATH", help="storage path for runs (on a cluster: the shared volume)")
     parser.add_argument("--smoke-test", action="store_true", help="apply the config's smoke block: a seconds-long run")
+    parser.add_argument("--working-dir", metavar="DIR", help="your project's directory, where the config's _component_ "
+                                                             "modules are imported from (default: the current "
+                                                             "directory)")
 
 
 def add_address_option(parser: argparse.ArgumentParser) -> None:

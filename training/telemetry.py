@@ -6,8 +6,9 @@ Ray exports each metric as `ray_<name>` (counters with a `_total` suffix) on eve
 labels given here plus Ray's own (SessionName, NodeAddress, WorkerId, ...). Run-level values come from rank 0
 only (tag `run`); per-worker values carry `rank` too.
 
-Nothing here runs per training step: the loop calls `started` once per worker-group start, `epoch_end` once per
-epoch and `checkpointed` after each checkpoint. Restarts and resumes are counted from the run's events.jsonl
+Nothing here runs per training step: the worker's raytrain.Session (so a user's own loop gets this too) calls
+`started` once per worker-group start, `epoch_end` once per epoch and `checkpointed` after each checkpoint; per step
+it only counts the samples of `batches("train")`. Restarts and resumes are counted from the run's events.jsonl
 (the durable record), not from in-process counters that a restarted worker would lose.
 
 Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values set since its last report, and the
@@ -94,20 +95,22 @@ class RunTelemetry:
             self._set("raytrain_last_checkpoint_timestamp_seconds", newest)
 
     def epoch_end(self, row: dict, local_samples: float, local_seconds: float) -> None:
-        """row: the epoch's metrics row (all workers); local_*: this worker's own training samples and seconds."""
-        self._set("raytrain_worker_samples_per_second", local_samples / max(local_seconds, 1e-9), per_worker=True)
-        # Every step but an epoch's last holds a full per-worker batch, so this is this worker's step count.
-        steps = math.ceil(local_samples / self.batch_size)
-        if steps > 0:  # Ray's Counter refuses an increment of 0
-            self.metrics["raytrain_steps"].inc(steps, tags=self.worker_tags)
+        """row: the epoch's metrics row (all workers); local_*: this worker's own training samples and seconds
+        (0 samples when a user's loop drew its batches without the session: no per-worker figures then)."""
+        if local_samples > 0:
+            self._set("raytrain_worker_samples_per_second", local_samples / max(local_seconds, 1e-9), per_worker=True)
+            # Every step but an epoch's last holds a full per-worker batch, so this is this worker's step count.
+            # (Ray's Counter refuses an increment of 0.)
+            self.metrics["raytrain_steps"].inc(math.ceil(local_samples / self.batch_size), tags=self.worker_tags)
         if not self.rank_zero:
             return
         self._set("raytrain_epoch", row["epoch"])
-        self._set("raytrain_train_loss", row["train_loss"])
-        self._set("raytrain_samples_per_second", row["samples_per_s"])
-        for key in ("val_loss", "val_accuracy"):
-            if key in row:
-                self._set(f"raytrain_{key}", row[key])
+        # A user's loop reports what it has: each gauge is set only from a number in the row.
+        for key, gauge in (("train_loss", "raytrain_train_loss"), ("samples_per_s", "raytrain_samples_per_second"),
+                           ("val_loss", "raytrain_val_loss"), ("val_accuracy", "raytrain_val_accuracy")):
+            value = row.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._set(gauge, value)
 
     def checkpointed(self, when: Optional[float] = None) -> None:
         if self.rank_zero:

@@ -28,7 +28,7 @@ from typing import Any, Optional, TextIO
 
 from raytrain import console, runs
 from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
-from raytrain.data import DATASETS, DataUnavailable, data_context
+from raytrain import preflight
 from raytrain.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
                                connect_ray, root_cause, size_workers, summarize, workers_that_fit)
 
@@ -200,7 +200,8 @@ def concurrent_trials(nodes: list[dict], per_worker: dict, num_workers: int, ask
     return min(fit, asked) if asked else fit
 
 
-def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, out: TextIO = sys.stdout) -> dict:
+def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, out: TextIO = sys.stdout,
+             in_submitted_job: bool = False) -> dict:
     """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json."""
     import os
 
@@ -209,13 +210,16 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     check_space(cfg, search)
     started = time.time()
     tune_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    preflight.check_model_builds(cfg)
     runs.write_config(tune_dir, dump_yaml(cfg))
     try:
-        DATASETS[cfg.data.name].prepare(cfg.data.params, data_context(cfg))
-    except DataUnavailable as err:
+        preflight.prepare_data(cfg)
+    except LaunchError as err:
         runs.write_result(tune_dir, {"status": "failed", "error": str(err)})
-        raise LaunchError(str(err)) from None
-    console.info("connected", f"{connect_ray(address)}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
+        raise
+    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
+    connected = connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
+    console.info("connected", f"{connected}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
     nodes = alive_node_resources()
     per_worker = size_workers(cfg, nodes)
     reserve = 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0.0) for n in nodes) >= 2 else 0.0

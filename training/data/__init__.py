@@ -1,16 +1,27 @@
-"""Dataset builders by name (the config's `data.name`).
+"""The built-in data components, and the contract every data component (built-in or a user's own) meets.
 
-Each builder declares its parameters and what it can feed: map-style torch datasets (`data.loader: torch`,
-sharded by `prepare_data_loader`) and/or Ray Datasets with columns `x` and `y` (`data.loader: ray`, sharded by
-Ray Train and read with `iter_torch_batches`). `prepare` runs once in the driver before any worker starts:
-downloads happen there, under a file lock, so that missing data fails fast instead of in every worker.
+A run config's `data` section names a callable by import path (`_component_`); its other keys, except `loader`,
+are the callable's keyword arguments. It produces the datasets in one of two ways:
+
+- a function returning {"train": dataset, "val": dataset} ("val" optional) - the simplest user component; or
+- a class whose instances are data sources (subclass `DataSource`): built from the keyword arguments in the driver
+  (cheap: it only stores them), with hooks for what a dataset needs beyond being built:
+  `prepare(ctx)` runs once in the driver before any worker starts (downloads, under a file lock, so missing data
+  fails fast), `check(cfg, fail)` checks the run config across sections before Ray starts (e.g. the model's
+  num_classes against the data's), `datasets(ctx)` returns the dict, and `loaders` says which loaders it feeds.
+
+`data.loader: torch`: map-style torch Datasets of (input, target) pairs, built on each worker and sharded by
+prepare_data_loader. `data.loader: ray`: Ray Datasets with columns x and y, built once in the driver and sharded by
+Ray Train. A parameter annotated `DataContext` receives where datasets live, the seed and the loader.
+
+Nothing here imports torch at import time (raytrain validate reads these signatures without it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar
 
 
 class DataUnavailable(RuntimeError):
@@ -21,27 +32,27 @@ class DataUnavailable(RuntimeError):
 class DataContext:
     root: Path  # where datasets live: <storage_path>/datasets, the shared volume on a cluster
     seed: int = 0
+    loader: str = "torch"  # torch: map-style datasets; ray: Ray Datasets with columns x and y
 
 
-def _nothing(*_args) -> None:
-    return None
+class DataSource:
+    """Base class for data components that need more than a function: see the module docstring."""
 
+    loaders: ClassVar[tuple[str, ...]] = ("torch",)  # the first is the default
 
-@dataclass(frozen=True)
-class DatasetSpec:
-    params: type
-    task: str  # "classification" or "regression": picks the loss and the metrics
-    loaders: tuple[str, ...]  # the first is the default
-    torch_datasets: Callable[[Any, DataContext], tuple[Any, Optional[Any]]]  # (train, val or None)
-    ray_datasets: Optional[Callable[[Any, DataContext], tuple[Any, Optional[Any]]]] = None
-    prepare: Callable[[Any, DataContext], None] = _nothing
-    check: Callable = _nothing  # check(run_config, fail) for cross-section rules
-    # Per-batch transform for the Ray Data path, applied on the worker to the dict of tensors.
-    ray_batch: Optional[Callable[[dict], tuple[Any, Any]]] = None
+    def prepare(self, ctx: DataContext) -> None:
+        """Driver, once, before workers start: download or generate what the workers will read."""
+
+    def check(self, cfg: Any, fail: Callable[[str, str, str], None]) -> None:
+        """Driver, before Ray starts: cross-section rules; call fail(key, problem, fix)."""
+
+    def datasets(self, ctx: DataContext) -> dict:
+        raise NotImplementedError
 
 
 def data_context(cfg) -> DataContext:
-    return DataContext(root=Path(cfg.run.storage_path).absolute() / "datasets", seed=cfg.train.seed)
+    return DataContext(root=Path(cfg.run.storage_path).absolute() / "datasets", seed=cfg.train.seed,
+                       loader=cfg.data.loader)
 
 
 def arrays_to_ray(x, y):
@@ -57,17 +68,13 @@ def arrays_to_ray(x, y):
     return ray.data.from_arrow(pa.table({"x": column(x), "y": column(y)}))
 
 
-def _registry() -> dict[str, DatasetSpec]:
-    from raytrain.data import cifar10, digits, linear, mnist, streaming, text
+def tensor_dataset(x, y):
+    """Map-style (x, y) pairs over numpy arrays (torch imported here, on the worker)."""
+    import torch
+    from torch.utils.data import TensorDataset
 
-    return {
-        "linear": linear.SPEC,
-        "digits": digits.SPEC,
-        "mnist": mnist.SPEC,
-        "cifar10": cifar10.SPEC,
-        "text": text.SPEC,
-        "streaming": streaming.SPEC,
-    }
+    return TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
 
 
-DATASETS: dict[str, DatasetSpec] = _registry()
+def splits(train: Any, val: Any = None) -> dict:
+    return {"train": train, **({"val": val} if val is not None else {})}

@@ -16,10 +16,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
+from typing import Annotated, ClassVar
 
-from raytrain.data import DataUnavailable, DatasetSpec
+import numpy as np
+from pydantic import Field
+
+from raytrain.data import DataContext, DataSource, DataUnavailable, splits
 
 MEAN = STD = (0.5, 0.5, 0.5)
 IMAGE_SHAPE = (32, 32, 3)  # HWC uint8, as torchvision's CIFAR10.data holds it
@@ -29,13 +31,24 @@ DONE_MARKER = "_COMPLETE"  # written last: a Parquet directory without it is a h
 
 
 @dataclass
-class CIFAR10Params:
+class CIFAR10(DataSource):
     synthetic: bool = False  # true: generated CIFAR-shaped data (offline, tests); false: torchvision CIFAR-10
-    synthetic_train: int = 50000  # synthetic only: training images
-    synthetic_val: int = 10000  # synthetic only: validation images
+    synthetic_train: Annotated[int, Field(gt=0)] = 50000  # synthetic only: training images
+    synthetic_val: Annotated[int, Field(gt=0)] = 10000  # synthetic only: validation images
     download: bool = True  # false: only use files already staged under <storage>/datasets/cifar-10-batches-py
     parquet_dir: str = ""  # loader ray: the Parquet form (raytrain data cifar10 --to-parquet); "" = under datasets
     augment: bool = True  # training images: random crop (pad 4) and horizontal flip
+
+    loaders: ClassVar[tuple[str, ...]] = ("torch", "ray")
+
+    def prepare(self, ctx: DataContext) -> None:
+        prepare(self, ctx)
+
+    def datasets(self, ctx: DataContext) -> dict:
+        return splits(*(ray_datasets(self, ctx) if ctx.loader == "ray" else torch_datasets(self, ctx)))
+
+    def check(self, cfg, fail) -> None:
+        check(self, cfg, fail)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -56,13 +69,13 @@ def synthetic_arrays(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def torchvision_arrays(root: Path, train: bool) -> tuple[np.ndarray, np.ndarray]:
-    from torchvision.datasets import CIFAR10
+    from torchvision.datasets import CIFAR10 as TorchvisionCIFAR10
 
-    ds = CIFAR10(str(root), train=train, download=False)
+    ds = TorchvisionCIFAR10(str(root), train=train, download=False)
     return np.asarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)
 
 
-def split_arrays(p: CIFAR10Params, ctx, train: bool) -> tuple[np.ndarray, np.ndarray]:
+def split_arrays(p: CIFAR10, ctx, train: bool) -> tuple[np.ndarray, np.ndarray]:
     if p.synthetic:
         return synthetic_arrays(p.synthetic_train if train else p.synthetic_val, ctx.seed + (0 if train else 1))
     return torchvision_arrays(ctx.root, train)
@@ -90,7 +103,7 @@ def normalise(images: np.ndarray) -> np.ndarray:
     return (x - mean) / std
 
 
-class ArrayDataset(torch.utils.data.Dataset):
+class ArrayDataset:
     """Map-style CIFAR-shaped dataset over uint8 arrays; what `prepare_data_loader` shards (torch loader)."""
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, train_augment: bool):
@@ -104,6 +117,8 @@ class ArrayDataset(torch.utils.data.Dataset):
         image = self.images[index:index + 1]
         if self.train_augment:
             image = augment(image, self.rng)
+        import torch  # on the worker; this module stays importable without torch
+
         return torch.from_numpy(normalise(image)[0]), int(self.labels[index])
 
 
@@ -147,7 +162,7 @@ def parquet_complete(split_dir: Path) -> bool:
     return (split_dir / DONE_MARKER).is_file()
 
 
-def parquet_root(p: CIFAR10Params, ctx) -> Path:
+def parquet_root(p: CIFAR10, ctx) -> Path:
     if p.parquet_dir:
         return Path(p.parquet_dir).expanduser().absolute()
     if p.synthetic:
@@ -155,7 +170,7 @@ def parquet_root(p: CIFAR10Params, ctx) -> Path:
     return ctx.root / "cifar10-parquet"
 
 
-def to_parquet(p: CIFAR10Params, ctx, out_root: Path) -> Path:
+def to_parquet(p: CIFAR10, ctx, out_root: Path) -> Path:
     """Both splits as Parquet under out_root/{train,val}; `raytrain data cifar10 --to-parquet` calls this."""
     for split, train in (("train", True), ("val", False)):
         if not parquet_complete(out_root / split):
@@ -164,19 +179,19 @@ def to_parquet(p: CIFAR10Params, ctx, out_root: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the DatasetSpec hooks
+# what the DataSource hooks call
 
 
-def download(p: CIFAR10Params, ctx) -> None:
+def download(p: CIFAR10, ctx) -> None:
     """torchvision's download (and integrity check) of the real data into ctx.root, under a file lock."""
     from filelock import FileLock
-    from torchvision.datasets import CIFAR10
+    from torchvision.datasets import CIFAR10 as TorchvisionCIFAR10
 
     ctx.root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(ctx.root / ".cifar10.lock")):
         try:
-            CIFAR10(str(ctx.root), train=True, download=p.download)
-            CIFAR10(str(ctx.root), train=False, download=p.download)
+            TorchvisionCIFAR10(str(ctx.root), train=True, download=p.download)
+            TorchvisionCIFAR10(str(ctx.root), train=False, download=p.download)
         except Exception as err:  # torchvision raises RuntimeError/URLError/OSError depending on what failed
             raise DataUnavailable(
                 f"CIFAR-10 is not available under {ctx.root / 'cifar-10-batches-py'} and could not be downloaded "
@@ -187,12 +202,12 @@ def download(p: CIFAR10Params, ctx) -> None:
             ) from None
 
 
-def prepare(p: CIFAR10Params, ctx) -> None:
+def prepare(p: CIFAR10, ctx) -> None:
     if not p.synthetic:
         download(p, ctx)
 
 
-def torch_datasets(p: CIFAR10Params, ctx):
+def torch_datasets(p: CIFAR10, ctx):
     return (ArrayDataset(*split_arrays(p, ctx, True), train_augment=p.augment),
             ArrayDataset(*split_arrays(p, ctx, False), train_augment=False))
 
@@ -210,7 +225,7 @@ class DecodeNormalise:
         return {"x": normalise(images), "y": np.asarray(batch["label"], dtype=np.int64)}
 
 
-def ray_datasets(p: CIFAR10Params, ctx):
+def ray_datasets(p: CIFAR10, ctx):
     """Runs on the driver after prepare: writes the Parquet form once (under a file lock) when it is missing."""
     import ray.data
     from filelock import FileLock
@@ -231,18 +246,13 @@ def ray_datasets(p: CIFAR10Params, ctx):
     return train, val
 
 
-def check(cfg, fail):
-    p: CIFAR10Params = cfg.data.params
+def check(p: CIFAR10, cfg, fail):
     if p.synthetic and (p.synthetic_train < cfg.scaling.num_workers or p.synthetic_val < 1):
         fail("data.synthetic_train", f"{p.synthetic_train} training / {p.synthetic_val} validation images are too few "
              f"for {cfg.scaling.num_workers} workers", "generate at least one image per worker and one to validate")
-    if getattr(cfg.model.params, "num_classes", NUM_CLASSES) != NUM_CLASSES:
+    if cfg.model.kwargs.get("num_classes", NUM_CLASSES) != NUM_CLASSES:
         fail("model.num_classes", f"CIFAR-10 has {NUM_CLASSES} classes", f"set model.num_classes={NUM_CLASSES}")
-    if getattr(cfg.model.params, "image_size", 32) != 32:
+    if cfg.model.kwargs.get("image_size", 32) != 32:
         fail("model.image_size", "CIFAR-10 images are 32x32", "set model.image_size=32")
-    if getattr(cfg.model.params, "in_channels", 3) != 3:
+    if cfg.model.kwargs.get("in_channels", 3) != 3:
         fail("model.in_channels", "CIFAR-10 images have 3 channels", "set model.in_channels=3")
-
-
-SPEC = DatasetSpec(CIFAR10Params, "classification", ("torch", "ray"), torch_datasets, ray_datasets,
-                   prepare=prepare, check=check)

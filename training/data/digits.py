@@ -1,20 +1,17 @@
 """Real 8x8 handwritten digits shipped inside scikit-learn (load_digits): no download, held-out split."""
 
+from __future__ import annotations
+
 import gzip
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, ClassVar
 
 import numpy as np
-import torch
-from torch.utils.data import TensorDataset
+from pydantic import Field
 
-from raytrain.data import DatasetSpec, arrays_to_ray
-
-
-@dataclass
-class DigitsParams:
-    val_fraction: float = 0.2  # held out, stratified by class
+from raytrain.data import DataContext, DataSource, arrays_to_ray, splits, tensor_dataset
 
 
 def digits_csv() -> Path:
@@ -45,29 +42,23 @@ def stratified_split(labels: np.ndarray, val_fraction: float, seed: int) -> tupl
     return np.setdiff1d(np.arange(len(labels)), val_idx), val_idx
 
 
-def arrays(p: DigitsParams, seed: int):
-    """(x_train, x_val, y_train, y_val)"""
-    images, labels = load()
-    train_idx, val_idx = stratified_split(labels, p.val_fraction, seed)
-    return images[train_idx], images[val_idx], labels[train_idx], labels[val_idx]
+@dataclass
+class Digits(DataSource):
+    val_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2  # held out, stratified by class
 
+    loaders: ClassVar[tuple[str, ...]] = ("ray", "torch")
 
-def torch_datasets(p: DigitsParams, ctx):
-    x_train, x_val, y_train, y_val = arrays(p, ctx.seed)
-    to_ds = lambda x, y: TensorDataset(torch.from_numpy(x), torch.from_numpy(y))  # noqa: E731
-    return to_ds(x_train, y_train), to_ds(x_val, y_val)
+    def arrays(self, seed: int):
+        """(x_train, x_val, y_train, y_val)"""
+        images, labels = load()
+        train_idx, val_idx = stratified_split(labels, self.val_fraction, seed)
+        return images[train_idx], images[val_idx], labels[train_idx], labels[val_idx]
 
+    def datasets(self, ctx: DataContext) -> dict:
+        x_train, x_val, y_train, y_val = self.arrays(ctx.seed)
+        to_ds = arrays_to_ray if ctx.loader == "ray" else tensor_dataset
+        return splits(to_ds(x_train, y_train), to_ds(x_val, y_val))
 
-def ray_datasets(p: DigitsParams, ctx):
-    x_train, x_val, y_train, y_val = arrays(p, ctx.seed)
-    return arrays_to_ray(x_train, y_train), arrays_to_ray(x_val, y_val)
-
-
-def check(cfg, fail):
-    if not 0 < cfg.data.params.val_fraction < 1:
-        fail("data.val_fraction", f"{cfg.data.params.val_fraction} is outside (0, 1)", "use e.g. 0.2")
-    if getattr(cfg.model.params, "num_classes", 10) != 10:
-        fail("model.num_classes", "digits has 10 classes", "set model.num_classes=10")
-
-
-SPEC = DatasetSpec(DigitsParams, "classification", ("ray", "torch"), torch_datasets, ray_datasets, check=check)
+    def check(self, cfg, fail) -> None:
+        if cfg.model.kwargs.get("num_classes", 10) != 10:
+            fail("model.num_classes", "digits has 10 classes", "set model.num_classes=10")

@@ -1,44 +1,35 @@
 """y = 2x + 1: the source material's first example (an MLP fits a line on 3 workers)."""
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import Annotated, ClassVar
 
 import numpy as np
-import torch
-from torch.utils.data import TensorDataset
+from pydantic import Field
 
-from raytrain.data import DatasetSpec, arrays_to_ray
+from raytrain.data import DataContext, DataSource, arrays_to_ray, splits, tensor_dataset
 
 
 @dataclass
-class LinearParams:
-    num_samples: int = 200  # x = 0, 1, ..., num_samples - 1
+class Linear(DataSource):
+    num_samples: Annotated[int, Field(gt=0)] = 200  # x = 0, 1, ..., num_samples - 1
     slope: float = 2.0
     intercept: float = 1.0
-    x_scale: float = 200.0  # the model sees x / x_scale: unscaled inputs in the hundreds make Adam crawl
+    x_scale: Annotated[float, Field(gt=0)] = 200.0  # the model sees x / x_scale: inputs in the hundreds make Adam crawl
 
+    loaders: ClassVar[tuple[str, ...]] = ("torch", "ray")
 
-def arrays(p: LinearParams):
-    x = (np.arange(p.num_samples, dtype=np.float32) / p.x_scale).reshape(-1, 1)
-    y = (p.slope * x + p.intercept).astype(np.float32)
-    return x, y
+    def arrays(self):
+        x = (np.arange(self.num_samples, dtype=np.float32) / self.x_scale).reshape(-1, 1)
+        y = (self.slope * x + self.intercept).astype(np.float32)
+        return x, y
 
+    def datasets(self, ctx: DataContext) -> dict:
+        x, y = self.arrays()
+        return splits(arrays_to_ray(x, y) if ctx.loader == "ray" else tensor_dataset(x, y))
 
-def torch_datasets(p: LinearParams, ctx):
-    x, y = arrays(p)
-    return TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), None
-
-
-def ray_datasets(p: LinearParams, ctx):
-    return arrays_to_ray(*arrays(p)), None
-
-
-def check(cfg, fail):
-    p = cfg.data.params
-    if p.num_samples < cfg.scaling.num_workers:
-        fail("data.num_samples", f"{p.num_samples} samples cannot feed {cfg.scaling.num_workers} workers",
-             "use more samples than workers")
-    if p.x_scale <= 0:
-        fail("data.x_scale", f"{p.x_scale} must be > 0", "use e.g. 200")
-
-
-SPEC = DatasetSpec(LinearParams, "regression", ("torch", "ray"), torch_datasets, ray_datasets, check=check)
+    def check(self, cfg, fail) -> None:
+        if self.num_samples < cfg.scaling.num_workers:
+            fail("data.num_samples", f"{self.num_samples} samples cannot feed {cfg.scaling.num_workers} workers",
+                 "use more samples than workers")

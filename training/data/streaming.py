@@ -9,26 +9,36 @@ several times larger than the object store trains in bounded memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated, ClassVar
 
 import numpy as np
+from pydantic import Field
 
-from raytrain.data import DatasetSpec
+from raytrain.data import DataContext, DataSource, splits
 
 
 @dataclass
-class StreamingParams:
-    data_size_gb: float = 10.0  # raw image bytes streamed per epoch (10**9 bytes per GB)
-    image_size: int = 256  # raw synthetic images: image_size x image_size x 3 uint8, like decoded JPEGs
-    train_size: int = 32  # preprocessing crops the centre and average-pools it down to train_size x train_size
-    num_classes: int = 10
-    rows_per_block: int = 32  # images per generated block; a block is the unit Ray Data streams
+class Streaming(DataSource):
+    data_size_gb: Annotated[float, Field(gt=0)] = 10.0  # raw image bytes streamed per epoch (10**9 bytes per GB)
+    image_size: Annotated[int, Field(gt=0)] = 256  # raw synthetic images: image_size^2 x 3 uint8, like decoded JPEGs
+    train_size: Annotated[int, Field(gt=0)] = 32  # preprocessing crops the centre and pools it to train_size^2
+    num_classes: Annotated[int, Field(ge=2)] = 10
+    rows_per_block: Annotated[int, Field(gt=0)] = 32  # images per generated block; the unit Ray Data streams
+
+    loaders: ClassVar[tuple[str, ...]] = ("ray", "torch")
+
+    def datasets(self, ctx: DataContext) -> dict:
+        return splits(*(ray_datasets(self, ctx) if ctx.loader == "ray" else torch_datasets(self, ctx)))
+
+    def check(self, cfg, fail) -> None:
+        check(self, cfg, fail)
 
 
-def bytes_per_image(p: StreamingParams) -> int:
+def bytes_per_image(p: Streaming) -> int:
     return p.image_size * p.image_size * 3
 
 
-def num_images(p: StreamingParams) -> int:
+def num_images(p: Streaming) -> int:
     return max(1, round(p.data_size_gb * 1e9) // bytes_per_image(p))
 
 
@@ -36,7 +46,7 @@ class GenerateImages:
     """range ids -> raw uint8 images with a class-dependent tint (learnable) over uniform noise; the stand-in for
     reading and decoding files. Deterministic per id, so every epoch streams the same data."""
 
-    def __init__(self, p: StreamingParams):
+    def __init__(self, p: Streaming):
         self.size, self.num_classes = p.image_size, p.num_classes
         self.palette = np.random.default_rng(1234).integers(0, 128, size=(p.num_classes, 3)).astype(np.uint8)
 
@@ -51,7 +61,7 @@ class GenerateImages:
 class Preprocess:
     """Centre crop to a multiple of train_size, average-pool down to train_size, scale to [-1, 1], CHW float32."""
 
-    def __init__(self, p: StreamingParams):
+    def __init__(self, p: Streaming):
         self.out = p.train_size
         self.factor = p.image_size // p.train_size
 
@@ -65,7 +75,7 @@ class Preprocess:
         return {"x": np.ascontiguousarray(x), "y": np.asarray(batch["label"], dtype=np.int64)}
 
 
-def ray_datasets(p: StreamingParams, ctx):
+def ray_datasets(p: Streaming, ctx):
     import ray.data
 
     n = num_images(p)
@@ -82,7 +92,7 @@ class GeneratedDataset:
     """The same images as a lazy map-style dataset (`raytrain local streaming`, `data.loader: torch`): each image
     is generated from its id on access, so nothing is held and any shuffle order costs the same."""
 
-    def __init__(self, p: StreamingParams):
+    def __init__(self, p: Streaming):
         self.p, self.generate, self.preprocess = p, GenerateImages(p), Preprocess(p)
 
     def __len__(self) -> int:
@@ -97,12 +107,11 @@ class GeneratedDataset:
         return torch.from_numpy(sample["x"][0]), int(sample["y"][0])
 
 
-def torch_datasets(p: StreamingParams, ctx):
+def torch_datasets(p: Streaming, ctx):
     return GeneratedDataset(p), None
 
 
-def check(cfg, fail):
-    p: StreamingParams = cfg.data.params
+def check(p: Streaming, cfg, fail):
     if p.data_size_gb <= 0:
         fail("data.data_size_gb", f"{p.data_size_gb} must be > 0", "give the size to stream in GB, e.g. 10 or 0.05")
     if p.train_size < 1 or p.image_size < p.train_size:
@@ -113,11 +122,8 @@ def check(cfg, fail):
     if num_images(p) < cfg.scaling.num_workers:
         fail("data.data_size_gb", f"{p.data_size_gb} GB holds {num_images(p)} images of {p.image_size}x{p.image_size}, "
              f"fewer than the {cfg.scaling.num_workers} workers", "stream more data or use fewer workers")
-    if getattr(cfg.model.params, "num_classes", p.num_classes) != p.num_classes:
+    if cfg.model.kwargs.get("num_classes", p.num_classes) != p.num_classes:
         fail("model.num_classes", f"the streamed data has data.num_classes={p.num_classes} classes",
              f"set model.num_classes={p.num_classes}")
-    if getattr(cfg.model.params, "in_channels", 3) != 3:
+    if cfg.model.kwargs.get("in_channels", 3) != 3:
         fail("model.in_channels", "the streamed images have 3 channels", "set model.in_channels=3")
-
-
-SPEC = DatasetSpec(StreamingParams, "classification", ("ray", "torch"), torch_datasets, ray_datasets, check=check)

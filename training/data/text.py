@@ -17,28 +17,38 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
-import torch
+from pydantic import Field
 
 from raytrain import runs
-from raytrain.data import DataUnavailable, DatasetSpec
+from raytrain.data import DataContext, DataSource, DataUnavailable, splits, tensor_dataset
 
 PAD, UNK = 0, 1  # reserved ids; the model's embedding uses PAD as padding_idx
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
 @dataclass
-class TextParams:
+class Text(DataSource):
     data_dir: str = ""  # directory with the CSVs; "" = <storage>/datasets/ag_news
     train_file: str = "train.csv"
     val_file: str = "test.csv"
-    num_classes: int = 4
-    vocab_size: int = 20000  # most frequent training tokens, including the reserved <pad> and <unk>
-    max_len: int = 128  # tokens kept per document (title + text)
+    num_classes: Annotated[int, Field(ge=2)] = 4
+    vocab_size: Annotated[int, Field(ge=3)] = 20000  # most frequent training tokens, incl. reserved <pad> and <unk>
+    max_len: Annotated[int, Field(gt=0)] = 128  # tokens kept per document (title + text)
     synthetic: bool = False  # true: a generated corpus with learnable classes (offline, tests)
-    synthetic_train: int = 4000
-    synthetic_val: int = 800
+    synthetic_train: Annotated[int, Field(gt=0)] = 4000
+    synthetic_val: Annotated[int, Field(gt=0)] = 800
+
+    def prepare(self, ctx: DataContext) -> None:
+        prepare(self, ctx)
+
+    def datasets(self, ctx: DataContext) -> dict:
+        return splits(*torch_datasets(self, ctx))
+
+    def check(self, cfg, fail) -> None:
+        check(self, cfg, fail)
 
 
 def tokenize(text: str) -> list[str]:
@@ -49,7 +59,7 @@ def tokenize(text: str) -> list[str]:
 # files
 
 
-def data_dir(p: TextParams, ctx) -> Path:
+def data_dir(p: Text, ctx) -> Path:
     if p.synthetic:
         return ctx.root / f"text-synthetic-{p.num_classes}c-{p.synthetic_train}-{p.synthetic_val}-seed{ctx.seed}"
     return Path(p.data_dir).expanduser().absolute() if p.data_dir else ctx.root / "ag_news"
@@ -97,7 +107,7 @@ def encode(docs: list[str], vocab: dict[str, int], max_len: int) -> np.ndarray:
     return out
 
 
-def vocab_path(p: TextParams, ctx) -> Path:
+def vocab_path(p: Text, ctx) -> Path:
     return data_dir(p, ctx) / f"vocab-{p.vocab_size}.json"
 
 
@@ -119,7 +129,7 @@ def synthetic_rows(n: int, num_classes: int, seed: int) -> list[tuple[int, str, 
     return rows
 
 
-def write_synthetic(p: TextParams, ctx, directory: Path) -> None:
+def write_synthetic(p: Text, ctx, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, n, seed in ((p.train_file, p.synthetic_train, ctx.seed), (p.val_file, p.synthetic_val, ctx.seed + 1)):
         target = directory / name
@@ -132,10 +142,10 @@ def write_synthetic(p: TextParams, ctx, directory: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the DatasetSpec hooks
+# what the DataSource hooks call
 
 
-def prepare(p: TextParams, ctx) -> None:
+def prepare(p: Text, ctx) -> None:
     """Driver side: generate the synthetic corpus if asked, check the files, build the vocabulary once."""
     from filelock import FileLock
 
@@ -161,7 +171,7 @@ def prepare(p: TextParams, ctx) -> None:
                               f"writable: the vocabulary is stored beside the data.") from None
 
 
-def load_vocab(p: TextParams, ctx) -> dict[str, int]:
+def load_vocab(p: Text, ctx) -> dict[str, int]:
     path = vocab_path(p, ctx)
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
@@ -169,18 +179,17 @@ def load_vocab(p: TextParams, ctx) -> dict[str, int]:
     return build_vocab(docs, p.vocab_size)
 
 
-def torch_datasets(p: TextParams, ctx):
+def torch_datasets(p: Text, ctx):
     vocab = load_vocab(p, ctx)
 
     def split(name: str):
         docs, labels = read_csv(data_dir(p, ctx) / name, p.num_classes)
-        return torch.utils.data.TensorDataset(torch.from_numpy(encode(docs, vocab, p.max_len)), torch.from_numpy(labels))
+        return tensor_dataset(encode(docs, vocab, p.max_len), labels)
 
     return split(p.train_file), split(p.val_file)
 
 
-def check(cfg, fail):
-    p: TextParams = cfg.data.params
+def check(p: Text, cfg, fail):
     if p.vocab_size < 3:
         fail("data.vocab_size", f"{p.vocab_size} leaves no room for words next to <pad> and <unk>", "use e.g. 20000")
     if p.max_len < 1:
@@ -190,13 +199,10 @@ def check(cfg, fail):
     if p.synthetic and min(p.synthetic_train, p.synthetic_val) < cfg.scaling.num_workers:
         fail("data.synthetic_train", f"{p.synthetic_train}/{p.synthetic_val} documents are too few for "
              f"{cfg.scaling.num_workers} workers", "generate at least one document per worker in each split")
-    model = cfg.model.params
-    if getattr(model, "vocab_size", p.vocab_size) < p.vocab_size:
-        fail("model.vocab_size", f"{model.vocab_size} is smaller than data.vocab_size {p.vocab_size}",
+    model = cfg.model.kwargs
+    if model.get("vocab_size", p.vocab_size) < p.vocab_size:
+        fail("model.vocab_size", f"{model['vocab_size']} is smaller than data.vocab_size {p.vocab_size}",
              f"set model.vocab_size to at least {p.vocab_size}")
-    if getattr(model, "num_classes", p.num_classes) != p.num_classes:
+    if model.get("num_classes", p.num_classes) != p.num_classes:
         fail("model.num_classes", f"the data has data.num_classes={p.num_classes} classes",
              f"set model.num_classes={p.num_classes}")
-
-
-SPEC = DatasetSpec(TextParams, "classification", ("torch",), torch_datasets, prepare=prepare, check=check)

@@ -1,0 +1,330 @@
+"""Users' own code in a run config: a section names a callable by import path, its other keys are the callable's
+keyword arguments (torchtune's `_component_`, LightningCLI's `class_path` + `init_args`, Hydra's `_target_`).
+
+    model:
+      _component_: my_models.TinyConvNet    # package.module.name or package.module:name
+      channels: 8                            # checked against TinyConvNet's signature before Ray starts
+
+This module resolves the path (the built-in components have short aliases), checks the keyword arguments against
+the signature and its annotations with pydantic (the same library checks raytrain's own sections), and turns every
+failure into one paragraph naming the file, the key and the fix. Nothing here imports torch: `raytrain validate`
+checks the built-in components of a RayJob's run config without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import importlib
+import inspect
+import sys
+import traceback
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional
+
+import pydantic
+
+from raytrain.errors import ConfigError
+
+COMPONENT_KEY = "_component_"
+LEGACY_NAME_KEY = "name"  # configs written before components: `name: mlp` means `_component_: mlp`
+
+# Short names for the built-in components, per section. A value without a dot is looked up here.
+ALIASES: dict[str, dict[str, str]] = {
+    "model": {
+        "mlp": "raytrain.models.mlp",
+        "small_cnn": "raytrain.models.small_cnn",
+        "vit": "raytrain.models.vit",
+        "text_rnn": "raytrain.models.text_rnn",
+    },
+    "data": {
+        "linear": "raytrain.data.linear.Linear",
+        "digits": "raytrain.data.digits.Digits",
+        "mnist": "raytrain.data.mnist.MNIST",
+        "cifar10": "raytrain.data.cifar10.CIFAR10",
+        "text": "raytrain.data.text.Text",
+        "streaming": "raytrain.data.streaming.Streaming",
+    },
+    "loop": {"default": "raytrain.loop.train_loop"},
+    "loss": {
+        "cross_entropy": "torch.nn.functional.cross_entropy",
+        "mse": "torch.nn.functional.mse_loss",
+        "l1": "torch.nn.functional.l1_loss",
+        "nll": "torch.nn.functional.nll_loss",
+    },
+}
+
+
+class ComponentError(ConfigError):
+    """A component reference or its arguments are wrong; str() is one paragraph (file, key, fix)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """A resolved reference: the canonical import path, the callable, and its checked keyword arguments."""
+
+    path: str
+    target: Callable
+    kwargs: dict
+
+    def to_dict(self) -> dict:
+        return {COMPONENT_KEY: self.path, **self.kwargs}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# import paths
+
+
+def canonical_path(reference: str, section: str) -> str:
+    """An alias or a dotted path (module:name also accepted) as module.name."""
+    reference = reference.strip()
+    if reference in ALIASES.get(section, {}):
+        return ALIASES[section][reference]
+    return reference.replace(":", ".")
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'? " if close else ""
+
+
+def _error_site(err: BaseException) -> str:
+    """`file:line` of the innermost frame of an exception raised while importing user code."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if isinstance(err, SyntaxError) and err.filename:
+        return f" ({err.filename}:{err.lineno})"
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def import_target(reference: Any, where: Where, section: str) -> tuple[str, Callable]:
+    """(canonical path, callable) for `section._component_: reference`; ComponentError saying what to fix."""
+    key = f"{section}.{COMPONENT_KEY}"
+    where = where_of(where, key)
+    aliases = ALIASES.get(section, {})
+    builtins = f" or a built-in: {', '.join(aliases)}" if aliases else ""
+    if not isinstance(reference, str) or not reference.strip():
+        raise ComponentError(f"{where}: {key}: {reference!r} is not an import path. Fix: name a callable as "
+                             f"package.module.name{builtins}.")
+    path = canonical_path(reference, section)
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name or not attribute or not all(part.isidentifier() for part in path.split(".")):
+        raise ComponentError(f"{where}: {key}: '{reference}' is neither an import path (package.module.name) nor a "
+                             f"built-in name. Fix: {_did_you_mean(reference, aliases)}write module.name{builtins}.")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise ComponentError(
+                f"{where}: {key}: module '{module_name}' cannot be imported: '{missing}' is not on the import path "
+                f"(the working directory {_working_dirs()} and the installed packages). Fix: run raytrain from your "
+                f"project's directory or pass --working-dir DIR, or install your package (in the image for a "
+                f"cluster); check the spelling of '{reference}'.") from None
+        raise ComponentError(f"{where}: {key}: importing '{module_name}' failed: {err}{_error_site(err)}. Fix: "
+                             f"install '{missing}' where the run executes (and in the image for a cluster).") from None
+    except Exception as err:  # the user's module raised while importing: show where
+        raise ComponentError(f"{where}: {key}: importing '{module_name}' failed: {err.__class__.__name__}: {err}"
+                             f"{_error_site(err)}. Fix: the error is in your module's import-time code.") from None
+    if not hasattr(module, attribute):
+        public = [name for name in dir(module) if not name.startswith("_")]
+        raise ComponentError(f"{where}: {key}: module '{module_name}' has no '{attribute}'. Fix: "
+                             f"{_did_you_mean(attribute, public)}name one of its callables "
+                             f"({', '.join(public[:12])}{', ...' if len(public) > 12 else ''}).")
+    target = getattr(module, attribute)
+    if not callable(target):
+        raise ComponentError(f"{where}: {key}: '{path}' is a {type(target).__name__}, not a callable. Fix: name a "
+                             f"class or function.")
+    return path, target
+
+
+def _working_dirs() -> str:
+    from raytrain import workdir
+
+    return str(workdir.current() or "(none)")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# keyword arguments against the signature
+
+
+def signature_model(target: Callable, skip: int = 0, injected: tuple[type, ...] = ()) -> type[pydantic.BaseModel]:
+    """A pydantic model of `target`'s keyword arguments: annotations (Annotated constraints included) and defaults.
+    The first `skip` positional parameters and parameters annotated with an `injected` type are raytrain's to pass.
+    Unannotated parameters take any value; **kwargs allows unknown keys."""
+    return _signature_model(target, skip, injected)
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) -> type[pydantic.BaseModel]:
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # some builtins have no signature: accept anything
+        return pydantic.create_model(f"{_name(target)}Args", __config__=pydantic.ConfigDict(extra="allow"))
+    try:
+        if dataclasses.is_dataclass(target):
+            hints = typing.get_type_hints(target, include_extras=True)
+        else:
+            hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target, include_extras=True)
+    except Exception:  # an annotation that does not evaluate (a TYPE_CHECKING-only name): treat those as Any
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    positional = 0
+    for name, param in signature.parameters.items():
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) and positional < skip:
+            positional += 1
+            continue
+        if param.kind == param.VAR_KEYWORD:
+            extra = "allow"
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
+            continue
+        hint = hints.get(name, Any if param.annotation is param.empty else param.annotation)
+        if isinstance(hint, str):
+            hint = Any
+        if injected and _is_injected(hint, injected):
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[name] = (hint, default)
+    config = pydantic.ConfigDict(extra=extra, arbitrary_types_allowed=True, protected_namespaces=())
+    try:
+        return pydantic.create_model(f"{_name(target)}Args", __config__=config, **fields)
+    except Exception:  # an annotation pydantic cannot check (e.g. a bare torch type): check names only
+        loose = {name: (Any, default) for name, (_hint, default) in fields.items()}
+        return pydantic.create_model(f"{_name(target)}Args", __config__=config, **loose)
+
+
+def _is_injected(hint: Any, injected: tuple[type, ...]) -> bool:
+    return isinstance(hint, type) and issubclass(hint, injected)
+
+
+def _name(target: Callable) -> str:
+    return "".join(ch for ch in getattr(target, "__name__", "Component") if ch.isalnum()) or "Component"
+
+
+Where = typing.Union[str, Callable[[str], str]]  # a file name, or one per dotted key (a --set names its own)
+
+
+def check_kwargs(target: Callable, kwargs: dict, where: Where, section: str, skip: int = 0,
+                 injected: tuple[type, ...] = (), path: Optional[str] = None) -> dict:
+    """The keyword arguments as the callable will get them (YAML's '1e-3' becomes 0.001), defaults included where
+    they are plain data (so config.yaml shows what trained), or ComponentError naming the first wrong key."""
+    model = signature_model(target, skip, injected)
+    try:
+        checked = model.model_validate(kwargs)
+    except pydantic.ValidationError as err:
+        raise ComponentError(explain(err, model, kwargs, where, section, path or _name(target))) from None
+    values = {name: getattr(checked, name) for name in model.model_fields
+              if name in kwargs or _plain(getattr(checked, name))}
+    values.update({k: v for k, v in (checked.model_extra or {}).items()})
+    return values
+
+
+def _plain(value: Any) -> bool:
+    """YAML-safe data: what a resolved config can store and read back."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def where_of(where: Where, key: str) -> str:
+    return where(key) if callable(where) else where
+
+
+def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], given: dict, where: Where, section: str,
+            what: str) -> str:
+    """One paragraph for the first error pydantic found."""
+    first = err.errors()[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    name = loc[0] if loc else "?"
+    key = ".".join([section, *loc]) if section else ".".join(loc)
+    where = where_of(where, ".".join([section, name]))
+    known = list(model.model_fields)
+    kind = first.get("type", "")
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        accepted = ", ".join(known) or "none"
+        return (f"{where}: unknown key '{key}': {what} takes no argument '{name}'. Fix: "
+                f"{_did_you_mean(name, known)}its keyword arguments are: {accepted}.")
+    if kind == "missing":
+        return (f"{where}: {key} is required: {what} has no default for '{name}'. Fix: set {key} in the "
+                f"'{section}' section (or with --set {key}=...).")
+    value = given.get(name, first.get("input"))
+    expected = _annotation_text(model.model_fields[name].annotation) if name in model.model_fields else "a valid value"
+    message = first.get("msg", "invalid").rstrip(".")
+    return f"{where}: {key}: {value!r} is not allowed ({message}). Fix: use {expected}."
+
+
+def _annotation_text(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(choice) for choice in typing.get_args(hint))
+    if origin is typing.Union:
+        return " or ".join(_annotation_text(option) for option in typing.get_args(hint))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)).replace("typing.", ""))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a section that names a component
+
+
+def split_section(raw: dict, where: Where, section: str, default: Optional[str] = None) -> tuple[str, dict]:
+    """(reference, the other keys) of a component section; `name:` is read as `_component_:`."""
+    raw = dict(raw)
+    where = where_of(where, f"{section}.{COMPONENT_KEY}")
+    reference = raw.pop(COMPONENT_KEY, None)
+    legacy = raw.pop(LEGACY_NAME_KEY, None) if reference is None else None
+    reference = reference if reference is not None else legacy
+    if reference is None:
+        if default is None:
+            aliases = ALIASES.get(section, {})
+            raise ComponentError(f"{where}: {section}.{COMPONENT_KEY} is missing. Fix: name the callable that builds "
+                                 f"it, e.g. {COMPONENT_KEY}: my_project.MyThing, or a built-in: {', '.join(aliases)}.")
+        reference = default
+    return reference, raw
+
+
+def resolve(raw: dict, where: Where, section: str, *, default: Optional[str] = None, skip: int = 0,
+            injected: tuple[type, ...] = (), reserved: tuple[str, ...] = ()) -> tuple[Component, dict]:
+    """Resolve a component section: (Component, the reserved keys raytrain itself reads from the section)."""
+    reference, rest = split_section(raw, where, section, default)
+    own = {key: rest.pop(key) for key in reserved if key in rest}
+    path, target = import_target(reference, where, section)
+    kwargs = check_kwargs(target, rest, where, section, skip=skip, injected=injected, path=path)
+    return Component(path, target, kwargs), own
+
+
+def instantiate(component: Component, *args: Any, **injected: Any) -> Any:
+    """Call the component with raytrain's positional arguments, its checked kwargs, and each injected value whose
+    type a parameter's annotation names (e.g. `ctx: raytrain.data.DataContext`)."""
+    kwargs = dict(component.kwargs)
+    if injected:
+        target = component.target
+        try:
+            parameters = inspect.signature(target).parameters
+            hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+        except Exception:
+            parameters, hints = {}, {}
+        for name in parameters:
+            hint = hints.get(name)
+            if name in kwargs or not isinstance(hint, type):
+                continue
+            for value in injected.values():
+                if isinstance(value, hint):
+                    kwargs[name] = value
+    return component.target(*args, **kwargs)
+
+
+def module_file(path: str) -> Optional["Path"]:
+    """The file a component's module was loaded from (None for built-in or namespace modules)."""
+    from pathlib import Path
+
+    module = sys.modules.get(path.rpartition(".")[0])
+    filename = getattr(module, "__file__", None)
+    return Path(filename).resolve() if filename else None

@@ -1,0 +1,92 @@
+"""What every start of a run does in the driver before Ray starts (shared by `raytrain run`, `local` and `tune`):
+check that the model component builds, prepare the data once, and decide how the user's code reaches the workers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from raytrain import components, workdir
+from raytrain.config import RunConfig
+from raytrain.data import DataUnavailable, data_context
+from raytrain.errors import ConfigError, LaunchError
+
+# Never shipped with the user's code: version control, environments, caches and run output.
+SHIP_EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", "runs", "*.pt",
+                 "*.ckpt"]
+
+
+def check_model_builds(cfg: RunConfig) -> None:
+    """Build the model once on torch's meta device (no memory, no data): a constructor that rejects its arguments
+    fails here, naming the model section, instead of in every worker after Ray Train's restarts."""
+    import torch
+
+    from raytrain.session import build_model
+
+    try:
+        with torch.device("meta"):
+            build_model(cfg)
+    except ConfigError:
+        raise
+    except NotImplementedError:  # a constructor that does real tensor work the meta device cannot: checked later
+        return
+    except Exception as err:
+        message = " ".join(str(err).split()) or err.__class__.__name__
+        if "meta" in message.lower():  # as above: not the user's mistake
+            return
+        raise ConfigError(f"{cfg.source}: model: {cfg.model.path}({_kwargs(cfg.model.kwargs)}) cannot be built: "
+                          f"{err.__class__.__name__}: {message}. Fix: correct the model section's values.") from None
+
+
+def _kwargs(kwargs: dict) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+def prepare_data(cfg: RunConfig) -> None:
+    """The data source's prepare hook, once, in the driver (downloads under a file lock): missing data fails here
+    with the message saying how to provide it."""
+    from raytrain.session import data_source
+
+    source = data_source(cfg)
+    if source is None:
+        return
+    try:
+        source.prepare(data_context(cfg))
+    except DataUnavailable as err:
+        raise LaunchError(str(err)) from None
+
+
+def driver_datasets(cfg: RunConfig) -> Optional[dict]:
+    """For `data.loader: ray`: the Ray Datasets, built in the driver and sharded by Ray Train."""
+    if cfg.data.loader != "ray":
+        return None
+    from raytrain.session import call_data_component
+
+    try:
+        return call_data_component(cfg, data_context(cfg))
+    except DataUnavailable as err:
+        raise LaunchError(str(err)) from None
+
+
+def user_code_dir(cfg: RunConfig) -> Optional[Path]:
+    """The working directory, if any component of the config was imported from it (the code workers need)."""
+    directory = workdir.current()
+    if directory is None:
+        return None
+    for component in (cfg.model, cfg.data.component, cfg.loop, cfg.loss):
+        module = components.module_file(component.path)
+        if module is not None and directory in module.parents:
+            return directory
+    return None
+
+
+def runtime_env(cfg: RunConfig, embedded: bool, in_submitted_job: bool) -> dict:
+    """How the user's code reaches the workers. An embedded Ray's workers inherit the driver's PYTHONPATH (set by
+    the launcher); a submitted Ray job brings its own runtime env (`ray job submit --working-dir`, a RayJob's
+    runtimeEnvYAML); a driver joining a cluster from outside ships the working directory."""
+    directory = user_code_dir(cfg)
+    if directory is None or embedded or in_submitted_job:
+        return {}
+    return {"working_dir": str(directory), "excludes": SHIP_EXCLUDES}
