@@ -20,6 +20,7 @@ import importlib
 import inspect
 import sys
 import traceback
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
@@ -162,13 +163,8 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # some builtins have no signature: accept anything
         return pydantic.create_model(f"{_name(target)}Args", __config__=pydantic.ConfigDict(extra="allow"))
-    try:
-        if dataclasses.is_dataclass(target):
-            hints = typing.get_type_hints(target, include_extras=True)
-        else:
-            hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target, include_extras=True)
-    except Exception:  # an annotation that does not evaluate (a TYPE_CHECKING-only name): treat those as Any
-        hints = {}
+    hints = _type_hints(target if dataclasses.is_dataclass(target) or not inspect.isclass(target)
+                        else target.__init__)
     fields: dict[str, Any] = {}
     extra = "forbid"
     positional = 0
@@ -194,6 +190,32 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
     except Exception:  # an annotation pydantic cannot check (e.g. a bare torch type): check names only
         loose = {name: (Any, default) for name, (_hint, default) in fields.items()}
         return pydantic.create_model(f"{_name(target)}Args", __config__=config, **loose)
+
+
+def _type_hints(obj: Any) -> dict[str, Any]:
+    """The evaluated annotations of a callable's parameters (or a dataclass's fields), one by one: an annotation
+    that does not evaluate (a TYPE_CHECKING-only name such as a return type `-> "nn.Module"`) is left out (then
+    Any) without losing the others."""
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except Exception:
+        pass
+    if inspect.isclass(obj):
+        owners = [(cls.__dict__.get("__annotations__", {}), vars(sys.modules.get(cls.__module__, types)))
+                  for cls in reversed(obj.__mro__)]
+    else:
+        owners = [(getattr(obj, "__annotations__", {}) or {}, getattr(obj, "__globals__", {}))]
+    hints: dict[str, Any] = {}
+    for annotations, namespace in owners:
+        for name, annotation in annotations.items():
+            if name == "return":
+                continue
+            try:
+                hints[name] = typing.get_type_hints(types.SimpleNamespace(__annotations__={name: annotation}),
+                                                    globalns=dict(namespace), include_extras=True)[name]
+            except Exception:
+                hints.pop(name, None)
+    return hints
 
 
 def _is_injected(hint: Any, injected: tuple[type, ...]) -> bool:
@@ -257,7 +279,17 @@ def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], give
     value = given.get(name, first.get("input"))
     expected = _annotation_text(model.model_fields[name].annotation) if name in model.model_fields else "a valid value"
     message = first.get("msg", "invalid").rstrip(".")
-    return f"{where}: {key}: {value!r} is not allowed ({message}). Fix: use {expected}."
+    bound = _bound_text(first.get("ctx") or {})
+    return f"{where}: {key}: {value!r} is not allowed ({message}). Fix: use {expected}{bound}."
+
+
+def _bound_text(ctx: dict) -> str:
+    """The limit pydantic checked (Field(gt=0), ...), as the fix says it."""
+    for name, text in (("gt", " greater than {}"), ("ge", " of {} or more"), ("lt", " less than {}"),
+                       ("le", " of {} or less")):
+        if name in ctx:
+            return text.format(ctx[name])
+    return ""
 
 
 def _annotation_text(hint: Any) -> str:

@@ -52,8 +52,9 @@ class TrainSection:
     seed: NonNegative = 0
     max_steps_per_epoch: NonNegative = 0  # 0 = the whole epoch; smoke runs cap it
     torch_threads: NonNegative = 0  # intra-op threads per worker; 0 = derived from the worker's CPUs
-    # cross_entropy (classification: val_accuracy too) | mse | l1 | nll | an import path | {_component_: ..., kwargs}
-    loss: Union[str, dict] = "cross_entropy"
+    # cross_entropy (classification: val_accuracy too) | mse | l1 | nll | an import path | {_component_: ..., kwargs};
+    # unset: the data source's own (mse for the regression sets), else cross_entropy
+    loss: Optional[Union[str, dict]] = None
 
 
 @dataclass
@@ -174,7 +175,7 @@ def read_yaml_mapping(path: Path) -> dict:
     return loaded
 
 
-def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = False,
+def load_config(ref: str, overrides: typing.Sequence[Union[str, tuple[str, str]]] = (), smoke: bool = False,
                 import_user_code: bool = True) -> RunConfig:
     """Resolve a run config: defaults -> file (or preset, its include: files first) -> smoke block -> --set.
     import_user_code=False (raytrain validate, which runs without the user's project and without torch): only
@@ -188,9 +189,11 @@ def load_config(ref: str, overrides: typing.Sequence[str] = (), smoke: bool = Fa
             _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
             origins[str(key)] = f"{source} ({SMOKE_KEY} block)"
     for override in overrides:
-        key, value = parse_override(override)
-        _set_dotted(raw, key, value, f"--set {override}")
-        origins[key] = f"--set {override}"
+        # "key=value" from --set, or (key=value, the option that stands for it: "--name x") to blame that option
+        text, origin = override if isinstance(override, tuple) else (override, f"--set {override}")
+        key, value = parse_override(text)
+        _set_dotted(raw, key, value, origin)
+        origins[key] = origin
     raw.setdefault("run", {})
     if raw["run"].get("name") is None:
         raw["run"]["name"] = path.stem
@@ -298,9 +301,10 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     model, _ = component("model", raw.get("model") or {})
     data_component, own = component("data", raw.get("data") or {}, reserved=("loader",), injected=(DataContext,))
     loop, _ = component("loop", raw.get("loop") or {}, default=DEFAULT_LOOP, skip=1)
-    loss = _loss(train.loss, where, import_user_code)
     source_class = data_component.target if isinstance(data_component.target, type) and issubclass(
         data_component.target, DataSource) else None
+    loss = _loss(train.loss if train.loss is not None else (source_class or DataSource).default_loss, where,
+                 import_user_code)
     loaders = source_class.loaders if source_class else ("torch", "ray")
     loader = own.get("loader", loaders[0])
     if loader not in loaders:

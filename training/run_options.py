@@ -5,7 +5,7 @@ overrides. One copy: the CLI declares its commands with it, and `raytrain valida
 from __future__ import annotations
 
 import argparse
-from typing import Optional
+from typing import Optional, Union
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -24,11 +24,19 @@ def add_address_option(parser: argparse.ArgumentParser) -> None:
                                           "else start an embedded local Ray)")
 
 
-def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Optional[str]) -> list[str]:
-    """--set KEY=VALUE..., then --name and --storage as the run.name and run.storage_path they stand for."""
-    overrides = list(sets or [])
+Override = Union[str, tuple[str, str]]  # KEY=VALUE from --set, or (KEY=VALUE, the option it came from)
+
+
+def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Optional[str]) -> list[Override]:
+    """--set KEY=VALUE..., then --name and --storage as the run.name and run.storage_path they stand for (an error
+    in those names the option the user typed)."""
+    overrides: list[Override] = list(sets or [])
     if name:
-        overrides.append(f"run.name={name}")
+        overrides.append((f"run.name={name}", f"--name {name}"))
     if storage:
-        overrides.append(f"run.storage_path={storage}")
+        overrides.append((f"run.storage_path={storage}", f"--storage {storage}"))
     return overrides
+
+
+def override_origin(override: Override) -> str:
+    return override[1] if isinstance(override, tuple) else f"--set {override}"

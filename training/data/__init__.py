@@ -39,6 +39,7 @@ class DataSource:
     """Base class for data components that need more than a function: see the module docstring."""
 
     loaders: ClassVar[tuple[str, ...]] = ("torch",)  # the first is the default
+    default_loss: ClassVar[str] = "cross_entropy"  # train.loss when the config sets none
 
     def prepare(self, ctx: DataContext) -> None:
         """Driver, once, before workers start: download or generate what the workers will read."""

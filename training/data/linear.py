@@ -19,6 +19,7 @@ class Linear(DataSource):
     x_scale: Annotated[float, Field(gt=0)] = 200.0  # the model sees x / x_scale: inputs in the hundreds make Adam crawl
 
     loaders: ClassVar[tuple[str, ...]] = ("torch", "ray")
+    default_loss: ClassVar[str] = "mse"  # regression
 
     def arrays(self):
         x = (np.arange(self.num_samples, dtype=np.float32) / self.x_scale).reshape(-1, 1)

@@ -20,7 +20,7 @@ import yaml
 from raytrain.kube.problems import Doc, Problem, split_fix
 from raytrain.kube.quantity import QuantityError
 from raytrain.kube.shape import ShapeError, get, groups, node_resources, shared_mounts
-from raytrain.run_options import add_address_option, add_config_options, config_overrides
+from raytrain.run_options import add_address_option, add_config_options, config_overrides, override_origin
 
 DASHBOARD_PORT = 8265
 
@@ -180,11 +180,11 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
             return load_config(ref, overrides, smoke=run.smoke_test), []
         except ConfigError as exc:
             text = str(exc)
-            overridden = [o.partition("=")[0] for o in overrides if f": {o.partition('=')[0]}: " in text]
+            overridden = [o for o in overrides if text.startswith(f"{override_origin(o)}: ")]
             if overridden and job is not None:
-                message, fix = split_fix(text.replace(f"{ref}: ", "", 1))
-                option = {"run.name": "--name", "run.storage_path": "--storage"}.get(overridden[0], "--set")
-                return None, [job.problem("spec.entrypoint", f"`raytrain run ... {option}` would be refused: "
+                origin = override_origin(overridden[0])
+                message, fix = split_fix(text[len(origin) + 2:])
+                return None, [job.problem("spec.entrypoint", f"`raytrain run ... {origin}` would be refused: "
                                           f"{message}", fix)]
             message, fix = split_fix(text.replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
             return None, [source.doc.problem(source.field, message, fix)]
