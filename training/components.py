@@ -129,13 +129,14 @@ def import_target(reference: Any, where: Where, section: str) -> tuple[str, Call
         raise ComponentError(f"{where}: {key}: importing '{module_name}' failed: {err.__class__.__name__}: {err}"
                              f"{_error_site(err)}. Fix: the error is in your module's import-time code.") from None
     if not hasattr(module, attribute):
-        public = [name for name in dir(module) if not name.startswith("_")]
+        public = [name for name, value in vars(module).items()  # its own callables, not what it imported
+                  if not name.startswith("_") and callable(value) and getattr(value, "__module__", None) == module.__name__]
         raise ComponentError(f"{where}: {key}: module '{module_name}' has no '{attribute}'. Fix: "
                              f"{_did_you_mean(attribute, public)}name one of its callables "
                              f"({', '.join(public[:12])}{', ...' if len(public) > 12 else ''}).")
     target = getattr(module, attribute)
     if not callable(target):
-        raise ComponentError(f"{where}: {key}: '{path}' is a {type(target).__name__}, not a callable. Fix: name a "
+        raise ComponentError(f"{where}: {key}: '{path}' is {_a(type(target).__name__)}, not a callable. Fix: name a "
                              f"class or function.")
     return path, target
 
@@ -220,6 +221,10 @@ def _type_hints(obj: Any) -> dict[str, Any]:
 
 def _is_injected(hint: Any, injected: tuple[type, ...]) -> bool:
     return isinstance(hint, type) and issubclass(hint, injected)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
 def _name(target: Callable) -> str:
