@@ -23,6 +23,7 @@ import traceback
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 import pydantic
@@ -97,6 +98,15 @@ def _error_site(err: BaseException) -> str:
     if isinstance(err, SyntaxError) and err.filename:
         return f" ({err.filename}:{err.lineno})"
     return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def innermost_site(err: BaseException) -> str:
+    """` (at file:line in function)` of the innermost frame outside raytrain and the libraries it runs on: where a
+    user's code raised."""
+    ours = Path(__file__).resolve().parent
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith(str(ours)) and "site-packages" not in f.filename]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
 
 
 def import_target(reference: Any, where: Where, section: str) -> tuple[str, Callable]:
@@ -358,10 +368,8 @@ def instantiate(component: Component, *args: Any, **injected: Any) -> Any:
     return component.target(*args, **kwargs)
 
 
-def module_file(path: str) -> Optional["Path"]:
+def module_file(path: str) -> Optional[Path]:
     """The file a component's module was loaded from (None for built-in or namespace modules)."""
-    from pathlib import Path
-
     module = sys.modules.get(path.rpartition(".")[0])
     filename = getattr(module, "__file__", None)
     return Path(filename).resolve() if filename else None

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from raytrain import components, console, preflight, runs
 from raytrain.config import RunConfig, dump_yaml
+from raytrain.errors import LaunchError
 from raytrain.launcher import Outcome, summarize
 
 
@@ -29,7 +30,14 @@ def train_local(cfg: RunConfig, out: TextIO = sys.stdout) -> Outcome:
                            on_row=lambda row: console.epoch(format_row(row, cfg.train.epochs), row, out=out))
     console.info("training", f"local training {cfg.run.name} on {session.device}; run directory {run_dir}", out=out,
                  run_dir=str(run_dir))
-    components.instantiate(cfg.loop, session)
+    try:
+        components.instantiate(cfg.loop, session)
+    except Exception as err:  # the model's, data's or loop's own code raised: one paragraph, the result recorded
+        message = (f"training failed: {err.__class__.__name__}: {' '.join(str(err).split())}"
+                   f"{components.innermost_site(err)}. Checkpoints written so far are kept; fix the cause and run "
+                   f"the same command again to resume.")
+        runs.write_result(run_dir, summarize(run_dir, "failed", started, message))
+        raise LaunchError(message) from None
     result = summarize(run_dir, "succeeded", started)
     runs.write_result(run_dir, result)
     return Outcome(run_dir, result)

@@ -1,0 +1,104 @@
+"""raytrain.Session's run contract around a loop of the user's own, in one process (LocalSession, `raytrain
+local`): resume state, one metrics row per epoch across resumes, checkpoints with extra state, the newest loadable
+checkpoint wins, and a loop that raises ends in one paragraph and a recorded failure. The Ray Train side
+(RayTrainSession) runs in the integration tier."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import textwrap
+
+import pytest
+
+from raytrain import checkpoints, runs, workdir
+from raytrain.config import load_config
+from raytrain.errors import LaunchError
+from raytrain.local import train_local
+
+LOOPS = """
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    def regression(session, hidden: int = 8):
+        x = torch.linspace(0, 1, 64).reshape(-1, 1)
+        model = session.prepare_model(nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, 1)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=session.config.train.lr)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        start = session.restore(model, optimizer, scheduler=scheduler)
+        for epoch in range(start, session.config.train.epochs + 1):
+            for inputs, targets in session.batches(TensorDataset(x, 2 * x + 1), epoch):
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(inputs), targets)
+                loss.backward()
+                optimizer.step()
+            scheduler.step()
+            session.report(epoch, {"train_loss": loss.item(), "lr": scheduler.get_last_lr()[0],
+                                   "start": start}, model=model, optimizer=optimizer, scheduler=scheduler)
+
+    def broken(session):
+        raise ValueError("my loop broke")
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "st_loops.py").write_text(textwrap.dedent(LOOPS))
+    saved_path, saved_current = list(sys.path), workdir.current()
+    workdir.use(str(tmp_path))
+    yield tmp_path
+    sys.path[:] = saved_path
+    workdir._current = saved_current
+    sys.modules.pop("st_loops", None)
+
+
+def config(project, loop="st_loops.regression", epochs=3):
+    path = project / "job.yaml"
+    path.write_text(f"model: {{_component_: mlp}}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
+                    f"loop: {{_component_: {loop}}}\ntrain: {{epochs: {epochs}, batch_size: 16, lr: 0.05}}\n"
+                    f"scaling: {{num_workers: 1}}\nrun: {{checkpoint_every: 2, keep_checkpoints: 2, "
+                    f"storage_path: {project / 'runs'}}}\n")
+    return load_config(str(path))
+
+
+def test_a_custom_loop_gets_rows_checkpoints_and_resume_with_its_extra_state(project):
+    out = io.StringIO()
+    first = train_local(config(project, epochs=3), out=out)
+    rows = runs.read_metrics(first.run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    assert [r["lr"] for r in rows] == pytest.approx([0.025, 0.0125, 0.00625])  # the scheduler stepped each epoch
+    assert [c.name.split("_")[1] for c in checkpoints.candidates(first.run_dir)] == ["epoch000003", "epoch000002"]
+    assert json.loads((first.run_dir / "result.json").read_text())["status"] == "succeeded"
+    assert "epoch 3/3" in out.getvalue() and "lr 0.00625" in out.getvalue()  # its own metric is printed too
+
+    second = train_local(config(project, epochs=5), out=io.StringIO())
+    rows = runs.read_metrics(second.run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4, 5]  # each epoch once
+    assert [r["start"] for r in rows[3:]] == [4, 4]  # resumed after epoch 3
+    assert rows[-1]["lr"] == pytest.approx(0.05 * 0.5 ** 5)  # the scheduler's state came back with it
+    assert rows[-1]["resumed_from_epoch"] == 3
+    restored = [e for e in runs.read_events(second.run_dir) if e["event"] == "restored"]
+    assert restored[-1]["epoch"] == 3
+
+
+def test_the_newest_checkpoint_that_loads_wins_and_the_damaged_one_is_named(project):
+    run_dir = train_local(config(project, epochs=4), out=io.StringIO()).run_dir
+    newest, older = checkpoints.candidates(run_dir)
+    state = newest / checkpoints.STATE_FILE
+    state.write_bytes(state.read_bytes()[:100])  # torn
+    rows = runs.read_metrics(train_local(config(project, epochs=4), out=io.StringIO()).run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]
+    assert [r["start"] for r in rows[2:]] == [3, 3]  # retrained from epoch 2's checkpoint
+    warnings = [e["message"] for e in runs.read_events(run_dir) if e["event"] == "warning"]
+    assert any(newest.name in w for w in warnings)
+
+
+def test_a_loop_that_raises_is_one_paragraph_and_a_failed_result(project):
+    with pytest.raises(LaunchError) as caught:
+        train_local(config(project, loop="st_loops.broken"), out=io.StringIO())
+    message = str(caught.value)
+    assert "ValueError: my loop broke" in message and "st_loops.py" in message and "in broken" in message
+    result = json.loads((project / "runs" / "job" / "result.json").read_text())
+    assert result["status"] == "failed" and "my loop broke" in result["error"]
