@@ -6,7 +6,6 @@ on a laptop it starts an embedded local Ray sized to the machine.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -20,6 +19,7 @@ from raytrain import checkpoints, console, preflight, runs
 from raytrain.config import RunConfig, dump_yaml
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
+from raytrain.sizing import size_workers
 
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
@@ -36,56 +36,6 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.result["status"] == "succeeded"
-
-
-# ----------------------------------------------------------------------------------------------------------
-# worker sizing
-
-
-def auto_cpus_per_worker(node_cpus: list[float], num_workers: int, reserve: float) -> float:
-    """The largest share of a CPU, 1, 1/2, 1/3, ..., that lets every worker fit on the nodes as they are,
-    after `reserve` CPUs are kept free (for Ray Data's tasks) on the largest node."""
-    capacities = sorted(node_cpus, reverse=True)
-    if capacities:
-        capacities[0] = max(capacities[0] - reserve, 0.0)
-    for divisor in range(1, 65):
-        share = 1.0 / divisor
-        if sum(math.floor(c / share + 1e-9) for c in capacities) >= num_workers:
-            return share
-    return 1.0 / 64
-
-
-def workers_that_fit(nodes: list[dict], per_worker: dict[str, float]) -> int:
-    """How many workers of this shape the nodes can hold at once (each worker lives on a single node)."""
-    total = 0
-    for resources in nodes:
-        fits = [math.floor(resources.get(name, 0.0) / amount + 1e-9) for name, amount in per_worker.items() if amount > 0]
-        total += min(fits) if fits else 0
-    return total
-
-
-def size_workers(cfg: RunConfig, nodes: list[dict]) -> dict[str, float]:
-    """Resources per worker; LaunchError if the cluster can never hold the job."""
-    s = cfg.scaling
-    if s.cpus_per_worker == "auto":
-        reserve = 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0) for n in nodes) >= 2 else 0.0
-        cpus = auto_cpus_per_worker([n.get("CPU", 0.0) for n in nodes], s.num_workers, reserve)
-    else:
-        cpus = float(s.cpus_per_worker)
-    per_worker = {"CPU": cpus}
-    if s.use_gpu:
-        per_worker["GPU"] = s.gpus_per_worker
-    fit = workers_that_fit(nodes, per_worker)
-    if fit < s.num_workers:
-        shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
-        held = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")) or "nothing"
-                         for n in nodes)
-        raise LaunchError(
-            f"this job can never be scheduled: it needs {s.num_workers} workers of {{{shape}}} but the cluster's "
-            f"{len(nodes)} node(s) ({held}) hold at most {fit}. Fix: lower scaling.num_workers or the resources "
-            f"per worker (scaling.cpus_per_worker, scaling.gpus_per_worker), or add worker nodes to the cluster."
-        )
-    return per_worker
 
 
 def alive_node_resources() -> list[dict]:

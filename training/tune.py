@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from raytrain import console, runs
+from raytrain import console, preflight, runs
 from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
-from raytrain import preflight
 from raytrain.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
-                               connect_ray, root_cause, size_workers, summarize, workers_that_fit)
+                               connect_ray, root_cause, summarize)
+from raytrain.sizing import data_reserve, size_workers, workers_that_fit
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments
 TUNABLE_SECTIONS = ("model", "data", "train")
@@ -222,8 +222,8 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     console.info("connected", f"{connected}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
     nodes = alive_node_resources()
     per_worker = size_workers(cfg, nodes)
-    reserve = 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0.0) for n in nodes) >= 2 else 0.0
-    concurrent = concurrent_trials(nodes, per_worker, cfg.scaling.num_workers, search.max_concurrent_trials, reserve)
+    concurrent = concurrent_trials(nodes, per_worker, cfg.scaling.num_workers, search.max_concurrent_trials,
+                                   data_reserve(cfg, nodes))
     console.info("tuning", f"tuning {cfg.run.name}: {search.num_samples} trials of {cfg.scaling.num_workers} "
                  f"workers, {concurrent} at a time, {search.mode} {search.metric} over {', '.join(search.space)}",
                  out=out)

@@ -177,7 +177,7 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
             path.write_text(source.text)
             ref = str(path)
         try:
-            return load_config(ref, overrides, smoke=run.smoke_test), []
+            return load_config(ref, overrides, smoke=run.smoke_test, import_user_code=False), []
         except ConfigError as exc:
             text = str(exc)
             overridden = [o for o in overrides if text.startswith(f"{override_origin(o)}: ")]
@@ -308,7 +308,8 @@ def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> 
 
 
 def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    from raytrain.launcher import LaunchError, size_workers  # the same sizing `raytrain run` does on the cluster
+    from raytrain.errors import LaunchError
+    from raytrain.sizing import size_workers  # the same sizing `raytrain run` does on the cluster
 
     embedded = isinstance(get(job.obj, "spec", "rayClusterSpec"), dict)
     try:
