@@ -26,7 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.kube import localcluster
+from raytrain.kube.dashboard import wait_dashboard
+from raytrain.kube.processes import kill_pids, pids_mentioning, tree_pids
+from raytrain.kube.raynode import Ports, free_port, ray_start_command
+from raytrain.kube.shape import NodeSpec
 
 pytestmark = pytest.mark.integration
 
@@ -68,19 +71,19 @@ def wait_for(what: str, check, timeout: float, proc: subprocess.Popen | None = N
 def ray_head(tmp_path_factory):
     """One real Ray head node whose processes report metrics every second (Ray's default is 10 s)."""
     temp_dir = f"/tmp/rtp{secrets.token_hex(3)}"
-    ports = localcluster.Ports.pick()
-    head = localcluster.NodeSpec(name="head", group="head", head=True, num_cpus=2)
-    cmd = localcluster.ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
-                                         head_address=None, dashboard_host="127.0.0.1")
+    ports = Ports.pick()
+    head = NodeSpec(name="head", group="head", head=True, num_cpus=2)
+    cmd = ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
+                            head_address=None, dashboard_host="127.0.0.1")
     log_path = tmp_path_factory.mktemp("ray") / "ray.log"
     env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:
-        localcluster.wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
+        wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
         yield {"address": f"127.0.0.1:{ports.gcs}", "temp_dir": Path(temp_dir), "metrics_port": ports.metrics}
     finally:
-        localcluster.kill_pids(localcluster.tree_pids(proc.pid) + localcluster.pids_mentioning(temp_dir))
+        kill_pids(tree_pids(proc.pid) + pids_mentioning(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -98,7 +101,7 @@ def prometheus(ray_head, tmp_path_factory):
         "scrape_configs": [{"job_name": "ray", "file_sd_configs": [{"files": [str(discovery)],
                                                                      "refresh_interval": f"{SCRAPE_S}s"}]}],
     }))
-    port = localcluster.free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     log_path = work / "prometheus.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
@@ -114,7 +117,7 @@ def prometheus(ray_head, tmp_path_factory):
             timeout=60, proc=proc, log=log_path)
         yield url
     finally:
-        localcluster.kill_pids([proc.pid])
+        kill_pids([proc.pid])
 
 
 @pytest.fixture(scope="module")
