@@ -85,6 +85,11 @@ def canonical_path(reference: str, section: str) -> str:
     return reference.replace(":", ".")
 
 
+def short_name(path: str, section: str) -> str:
+    """The alias of a built-in component (for summaries: "small_cnn on digits"), else the import path itself."""
+    return next((alias for alias, target in ALIASES.get(section, {}).items() if target == path), path)
+
+
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'? " if close else ""
@@ -162,13 +167,7 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # some builtins have no signature: accept anything
         return pydantic.create_model(f"{_name(target)}Args", __config__=pydantic.ConfigDict(extra="allow"))
-    try:
-        if dataclasses.is_dataclass(target):
-            hints = typing.get_type_hints(target, include_extras=True)
-        else:
-            hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target, include_extras=True)
-    except Exception:  # an annotation that does not evaluate (a TYPE_CHECKING-only name): treat those as Any
-        hints = {}
+    hints = parameter_hints(target)
     fields: dict[str, Any] = {}
     extra = "forbid"
     positional = 0
@@ -194,6 +193,28 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
     except Exception:  # an annotation pydantic cannot check (e.g. a bare torch type): check names only
         loose = {name: (Any, default) for name, (_hint, default) in fields.items()}
         return pydantic.create_model(f"{_name(target)}Args", __config__=config, **loose)
+
+
+def parameter_hints(target: Callable) -> dict[str, Any]:
+    """The evaluated annotations of target's parameters (a dataclass's fields, a class's __init__), Annotated
+    constraints kept. An annotation that does not evaluate here is left out (taken as Any) without losing the
+    others: the built-in models are torch-free and annotate their return as the TYPE_CHECKING-only "nn.Module",
+    which must not switch off the checks of their arguments."""
+    owner = target if dataclasses.is_dataclass(target) else target.__init__ if inspect.isclass(target) else target
+    try:
+        hints = typing.get_type_hints(owner, include_extras=True)
+    except Exception:
+        hints = {}
+        for klass_or_function in reversed(owner.__mro__) if inspect.isclass(owner) else [owner]:
+            module = sys.modules.get(getattr(klass_or_function, "__module__", ""))
+            namespace = dict(getattr(inspect.unwrap(klass_or_function), "__globals__", None) or vars(module or sys))
+            for name, annotation in inspect.get_annotations(klass_or_function).items():
+                try:
+                    hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
+                except Exception:  # a name only a type checker sees: Any
+                    continue
+    hints.pop("return", None)
+    return hints
 
 
 def _is_injected(hint: Any, injected: tuple[type, ...]) -> bool:
@@ -308,7 +329,7 @@ def instantiate(component: Component, *args: Any, **injected: Any) -> Any:
         target = component.target
         try:
             parameters = inspect.signature(target).parameters
-            hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+            hints = parameter_hints(target)
         except Exception:
             parameters, hints = {}, {}
         for name in parameters:
