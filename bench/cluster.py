@@ -1,6 +1,6 @@
 """What p3, p4 and scaling share: a real local multi-node cluster shaped like the chart's (a head with num-cpus 0,
 worker nodes), jobs submitted with `ray job submit` as KubeRay's submitter does, and when a run reached an
-optimizer step, read from what the run and Ray write, never from raytrain's console lines.
+optimizer step, read from what the run, Ray and the bench's own probe write, never from raytrain's console lines.
 
 Every use of raytrain's local cluster (training/kube) is in this module."""
 
@@ -155,25 +155,42 @@ def run_started(run_dir: Path, after: float, timeout: float, alive: Callable[[],
 
 
 def timed_job_dir(work: Path, name: str, preset: str, probe_path: str) -> Path:
-    """The working dir of a job whose first step p3 or p4 times: `preset` as job.yaml. With first_step_time, the
-    one place that changes when the probe takes over: then the config is probed_config(the preset's YAML,
-    probe_path) and the bench package ships with it (ship_bench=True). `probe_path` is where the probe's file
-    is as the job sees it."""
-    from raytrain.config import resolve_config_path
+    """The working dir of a job whose first step p3 or p4 times: `preset` (a preset name or a run config file),
+    resolved, as job.yaml with its model wrapped in bench.probes.FirstStepProbe, which appends to `probe_path`
+    (where the probe's file is as the job sees it), and the bench package beside it for the driver and workers to
+    import. With first_step_time, the one place that knows how the first step is observed."""
+    return job_dir(work, name, probed_config(resolved_preset(preset), probe_path), ship_bench=True)
 
-    return job_dir(work, name, resolve_config_path(preset))
+
+def resolved_preset(preset: str) -> dict:
+    """The preset as one self-contained run config: its sections resolved (include: files layered in, short names
+    spelled out) and, as its smoke block, the dotted keys that --smoke-test changes."""
+    from raytrain.config import load_config
+
+    full, smoke = (_dotted(load_config(preset, smoke=smoke).to_dict()) for smoke in (False, True))
+    config = load_config(preset).to_dict()
+    config["smoke"] = {key: value for key, value in smoke.items() if full.get(key, object()) != value}
+    return config
+
+
+def _dotted(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def first_step_time(run_dir: Path, after: float, timeout: float, alive: Callable[[], bool]) -> Optional[float]:
     """When rank 0 of the run in `run_dir` finished its first optimizer step at or after `after` (epoch seconds),
-    or None if the job ended or `timeout` passed first. The one place that knows how this is read.
-
-    Today: the `first_step` row that training/loop.py writes to events.jsonl. Once run configs take
-    `_component_`, timed_job_dir wraps the model in bench.probes.FirstStepProbe and this reads the probe's rows
-    instead: `runs.read_jsonl(probe_file(run_dir))`, those whose event is probes.STEP_DONE."""
+    or None if the job ended or `timeout` passed first. The one place that knows how this is read: the
+    FirstStepProbe's STEP_DONE rows in probe_file(run_dir) (a restarted worker group writes its own)."""
+    from bench.probes import STEP_DONE
     from raytrain import runs
 
-    row = wait_row(lambda: [r for r in runs.read_events(run_dir) if r.get("event") == "first_step"], after,
+    row = wait_row(lambda: [r for r in runs.read_jsonl(probe_file(run_dir)) if r.get("event") == STEP_DONE], after,
                    timeout, alive)
     return row["time"] if row else None
 
@@ -186,14 +203,24 @@ def probe_file(run_dir: Path) -> Path:
 
 def probed_config(config: dict, probe_path: str) -> dict:
     """A run config (plain data, as read from YAML) whose model is wrapped in bench.probes.FirstStepProbe, which
-    appends rank 0's first forward passes to `probe_path` (as the workers see it)."""
+    appends rank 0's first forward passes to `probe_path` (as the workers see it). The smoke block's model keys
+    follow the model into `inner`, so that --smoke-test shrinks the real model."""
     from bench.probes import FirstStepProbe
+    from raytrain.components import COMPONENT_KEY, LEGACY_NAME_KEY, canonical_path
 
     inner = config.get("model")
     if not isinstance(inner, dict):
         raise ValueError(f"the run config has no model section to wrap (model: {inner!r})")
+    inner = dict(inner)
+    reference = inner.pop(COMPONENT_KEY, None) or inner.pop(LEGACY_NAME_KEY, None)
+    if isinstance(reference, str):  # the probe builds it by import path: a built-in's short name spelled out
+        inner = {COMPONENT_KEY: canonical_path(reference, "model"), **inner}
     probe = f"{FirstStepProbe.__module__}.{FirstStepProbe.__name__}"
-    return {**config, "model": {"_component_": probe, "inner": inner, "path": probe_path}}
+    probed = {**config, "model": {"_component_": probe, "inner": inner, "path": probe_path}}
+    if isinstance(config.get("smoke"), dict):
+        probed["smoke"] = {(f"model.inner.{key[len('model.'):]}" if str(key).startswith("model.") else key): value
+                           for key, value in config["smoke"].items()}
+    return probed
 
 
 def controller_log_time(temp_dirs: Iterable[Path], marker: str, after: float) -> Optional[float]:

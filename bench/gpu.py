@@ -21,17 +21,26 @@ def vit_train_flops_per_sample(params: int, tokens: int, layers: int, hidden: in
     return 6.0 * params * tokens + 12.0 * layers * tokens**2 * hidden
 
 
+def vit_defaults() -> dict:
+    """The shape of the package's ViT (raytrain.models.vit's defaults: the cifar10-vit preset's model)."""
+    import inspect
+
+    from raytrain.models import vit
+
+    return {name: param.default for name, param in inspect.signature(vit).parameters.items()}
+
+
 def gpu_vit_side(params: dict) -> dict:
     import torch
 
-    from raytrain.models import ViTParams, build_vit
+    from raytrain.models import vit
 
     s = BenchSettings(**params)
-    p = ViTParams()
+    p = vit_defaults()
     device = torch.device("cuda")
-    model = build_vit(p).to(device)
+    model = vit(**p).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(s.batch_size, 3, p.image_size, p.image_size, device=device)
+    x = torch.randn(s.batch_size, 3, p["image_size"], p["image_size"], device=device)
     y = torch.randint(0, 10, (s.batch_size,), device=device)
     for i in range(s.warmup_steps + s.steps):
         if i == s.warmup_steps:
@@ -45,9 +54,9 @@ def gpu_vit_side(params: dict) -> dict:
     torch.cuda.synchronize()
     seconds = time.perf_counter() - began
     n_params = sum(t.numel() for t in model.parameters())
-    tokens = (p.image_size // p.patch_size) ** 2 + 1
+    tokens = (p["image_size"] // p["patch_size"]) ** 2 + 1
     return {"samples_per_s": s.steps * s.batch_size / seconds,
-            "flops_per_sample": vit_train_flops_per_sample(n_params, tokens, p.num_layers, p.hidden_dim),
+            "flops_per_sample": vit_train_flops_per_sample(n_params, tokens, p["num_layers"], p["hidden_dim"]),
             "device": torch.cuda.get_device_name(0)}
 
 

@@ -164,9 +164,9 @@ def timed_ingest(batches: Iterable, count: int) -> dict:
 
 
 def build_cnn(width: int):
-    from raytrain.models import SmallCNNParams, build_small_cnn
+    from raytrain.models import small_cnn
 
-    return build_small_cnn(SmallCNNParams(in_channels=3, num_classes=10, width=width, dropout=0.0))
+    return small_cnn(in_channels=3, num_classes=10, width=width, dropout=0.0)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ import importlib
 import inspect
 import sys
 import traceback
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +84,11 @@ def canonical_path(reference: str, section: str) -> str:
     if reference in ALIASES.get(section, {}):
         return ALIASES[section][reference]
     return reference.replace(":", ".")
+
+
+def short_name(path: str, section: str) -> str:
+    """The alias of a built-in component (for summaries: "small_cnn on digits"), else the import path itself."""
+    return next((alias for alias, target in ALIASES.get(section, {}).items() if target == path), path)
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -174,8 +178,7 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # some builtins have no signature: accept anything
         return pydantic.create_model(f"{_name(target)}Args", __config__=pydantic.ConfigDict(extra="allow"))
-    hints = _type_hints(target if dataclasses.is_dataclass(target) or not inspect.isclass(target)
-                        else target.__init__)
+    hints = parameter_hints(target)
     fields: dict[str, Any] = {}
     extra = "forbid"
     positional = 0
@@ -203,29 +206,25 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
         return pydantic.create_model(f"{_name(target)}Args", __config__=config, **loose)
 
 
-def _type_hints(obj: Any) -> dict[str, Any]:
-    """The evaluated annotations of a callable's parameters (or a dataclass's fields), one by one: an annotation
-    that does not evaluate (a TYPE_CHECKING-only name such as a return type `-> "nn.Module"`) is left out (then
-    Any) without losing the others."""
+def parameter_hints(target: Callable) -> dict[str, Any]:
+    """The evaluated annotations of target's parameters (a dataclass's fields, a class's __init__), Annotated
+    constraints kept. An annotation that does not evaluate here is left out (taken as Any) without losing the
+    others: the built-in models are torch-free and annotate their return as the TYPE_CHECKING-only "nn.Module",
+    which must not switch off the checks of their arguments."""
+    owner = target if dataclasses.is_dataclass(target) else target.__init__ if inspect.isclass(target) else target
     try:
-        return typing.get_type_hints(obj, include_extras=True)
+        hints = typing.get_type_hints(owner, include_extras=True)
     except Exception:
-        pass
-    if inspect.isclass(obj):
-        owners = [(cls.__dict__.get("__annotations__", {}), vars(sys.modules.get(cls.__module__, types)))
-                  for cls in reversed(obj.__mro__)]
-    else:
-        owners = [(getattr(obj, "__annotations__", {}) or {}, getattr(obj, "__globals__", {}))]
-    hints: dict[str, Any] = {}
-    for annotations, namespace in owners:
-        for name, annotation in annotations.items():
-            if name == "return":
-                continue
-            try:
-                hints[name] = typing.get_type_hints(types.SimpleNamespace(__annotations__={name: annotation}),
-                                                    globalns=dict(namespace), include_extras=True)[name]
-            except Exception:
-                hints.pop(name, None)
+        hints = {}
+        for klass_or_function in reversed(owner.__mro__) if inspect.isclass(owner) else [owner]:
+            module = sys.modules.get(getattr(klass_or_function, "__module__", ""))
+            namespace = dict(getattr(inspect.unwrap(klass_or_function), "__globals__", None) or vars(module or sys))
+            for name, annotation in inspect.get_annotations(klass_or_function).items():
+                try:
+                    hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
+                except Exception:  # a name only a type checker sees: Any
+                    continue
+    hints.pop("return", None)
     return hints
 
 
@@ -355,7 +354,7 @@ def instantiate(component: Component, *args: Any, **injected: Any) -> Any:
         target = component.target
         try:
             parameters = inspect.signature(target).parameters
-            hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+            hints = parameter_hints(target)
         except Exception:
             parameters, hints = {}, {}
         for name in parameters:

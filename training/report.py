@@ -18,7 +18,7 @@ from typing import Optional
 
 import yaml
 
-from raytrain import checkpoints, runs
+from raytrain import checkpoints, components, runs
 
 TUNE_FILE = "tune.json"
 
@@ -136,10 +136,16 @@ def _fmt_duration(seconds: Optional[float]) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
+def component_name(section: dict, name: str) -> str:
+    """What a stored config section trains with; configs stored before components name it with `name:`."""
+    path = section.get(components.COMPONENT_KEY) or section.get(components.LEGACY_NAME_KEY)
+    return components.short_name(components.canonical_path(str(path), name), name) if path else "?"
+
+
 def config_line(run: RunData) -> str:
     c = run.config
     model, data, train, scaling = (c.get(k, {}) or {} for k in ("model", "data", "train", "scaling"))
-    parts = [f"{model.get('name', '?')} on {data.get('name', '?')}",
+    parts = [f"{component_name(model, 'model')} on {component_name(data, 'data')}",
              f"{train.get('optimizer', '?')} lr {train.get('lr', '?')}",
              f"batch {train.get('batch_size', '?')}", f"{scaling.get('num_workers', '?')} workers"]
     return ", ".join(parts)

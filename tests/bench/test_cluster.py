@@ -7,9 +7,10 @@ import json
 import time
 
 import pytest
+import torch
 import yaml
 
-from bench import cluster
+from bench import cluster, probes
 from raytrain import runs
 
 
@@ -22,12 +23,17 @@ def test_wait_row_returns_the_first_row_at_or_after_the_time_or_none_when_the_jo
     assert time.time() - began < 5
 
 
-def test_first_step_and_start_are_read_from_the_runs_events(tmp_path):
+def test_first_step_is_read_from_the_probes_file_and_start_from_the_runs_events(tmp_path):
     run_dir = tmp_path / "runs" / "p3-0"
     run_dir.mkdir(parents=True)
     t0 = time.time()
     runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, world_size=2)
-    runs.append_event(run_dir, "first_step", epoch=1)
+    probe = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
+                                  path=str(cluster.probe_file(run_dir)))
+    assert cluster.first_step_time(run_dir, t0, 0.1, lambda: True) is None  # no step yet
+    probe(torch.zeros(1, 4))  # the first step begins
+    assert cluster.first_step_time(run_dir, t0, 0.1, lambda: True) is None  # begun is not done
+    probe(torch.zeros(1, 4))  # the forward pass after the first optimizer step
     step = cluster.first_step_time(run_dir, t0, 5, lambda: True)
     start = cluster.run_started(run_dir, t0, 5, lambda: True)
     assert start["event"] == "start" and t0 <= start["time"] <= step
@@ -46,8 +52,37 @@ def test_job_dir_holds_the_config_as_job_yaml_and_the_bench_package_only_when_as
     assert yaml.safe_load((shipped / "job.yaml").read_text()) == {"model": {"name": "mlp"}}
     assert (shipped / "bench" / "probes.py").exists() and (shipped / "bench" / "scaling.py").exists()
     assert not list(shipped.rglob("__pycache__"))
+
     timed = cluster.timed_job_dir(tmp_path, "p4-0", "digits", str(tmp_path / "p4-0.first-step.jsonl"))
-    assert (timed / "job.yaml").read_text() == preset.read_text()  # the preset as is, until the probe takes over
+    assert yaml.safe_load((timed / "job.yaml").read_text()) == cluster.probed_config(
+        cluster.resolved_preset("digits"), str(tmp_path / "p4-0.first-step.jsonl"))
+    assert (timed / "bench" / "probes.py").exists()  # the job imports the probe from its working dir
+
+
+@pytest.mark.parametrize("preset", ["digits", "text-rnn", "cifar10-vit"])
+def test_a_timed_job_is_a_valid_run_config_whose_model_and_smoke_block_reach_the_probe(tmp_path, monkeypatch, preset):
+    """What p3/p4 submit loads as `raytrain run job.yaml --smoke-test` does (from the job's working dir): the probe
+    wraps the preset's model, the smoke block still shrinks that model, and an include: still finds its files."""
+    from raytrain.config import load_config, resolve_config_path
+
+    probe_path = str(tmp_path / "p3-0.first-step.jsonl")
+    timed = cluster.timed_job_dir(tmp_path, "p3-0", preset, probe_path)
+    monkeypatch.chdir(timed)
+    monkeypatch.syspath_prepend(str(timed))
+    plain, probed = load_config(preset, smoke=True), load_config("job.yaml", smoke=True)
+    assert probed.model.path == "bench.probes.FirstStepProbe" and probed.model.kwargs["path"] == probe_path
+    inner = probed.model.kwargs["inner"]
+    assert inner["_component_"] == plain.model.path
+    assert {k: v for k, v in inner.items() if k != "_component_"}.items() <= plain.model.kwargs.items()
+    smoke = yaml.safe_load(resolve_config_path(preset).read_text()).get("smoke", {})
+    shrunk = {key.split(".", 1)[1] for key in smoke if key.startswith("model.")}
+    assert shrunk <= inner.keys()  # each smoke model key reached the real model
+    assert all(probed.to_dict()[k] == plain.to_dict()[k] for k in ("data", "loop", "train", "scaling"))
+    full = load_config(preset)
+    unsmoked = load_config("job.yaml")  # what p4 runs: the preset without its smoke block
+    assert all(unsmoked.to_dict()[k] == full.to_dict()[k] for k in ("data", "loop", "train", "scaling"))
+    assert {k: v for k, v in unsmoked.model.kwargs["inner"].items() if k != "_component_"}.items() \
+        <= full.model.kwargs.items()
 
 
 def test_the_probed_config_wraps_the_model_and_keeps_everything_else(tmp_path):

@@ -12,8 +12,8 @@ from raytrain.data import DataContext, DataUnavailable
 from raytrain.data import cifar10
 
 
-def params(**kw) -> cifar10.CIFAR10Params:
-    return cifar10.CIFAR10Params(**{"synthetic": True, "synthetic_train": 40, "synthetic_val": 10, **kw})
+def params(**kw) -> cifar10.CIFAR10:
+    return cifar10.CIFAR10(**{"synthetic": True, "synthetic_train": 40, "synthetic_val": 10, **kw})
 
 
 def test_synthetic_arrays_are_cifar_shaped_deterministic_and_cover_the_classes():
@@ -78,7 +78,7 @@ def test_a_half_written_parquet_directory_is_rewritten(tmp_path):
 
 def test_missing_real_data_without_download_says_how_to_stage_it(tmp_path):
     with pytest.raises(DataUnavailable) as err:
-        cifar10.prepare(cifar10.CIFAR10Params(download=False), DataContext(root=tmp_path))
+        cifar10.prepare(cifar10.CIFAR10(download=False), DataContext(root=tmp_path))
     message = str(err.value)
     assert "raytrain data cifar10 --root" in message and "data.synthetic=true" in message
     assert (tmp_path / ".cifar10.lock").exists()  # the download runs under the storage path's lock
@@ -98,9 +98,9 @@ def test_bad_cifar10_settings_name_the_key_and_the_fix(override, key):
 
 def test_preset_is_the_issue_vit_and_smoke_shrinks_it():
     cfg = load_config("cifar10-vit")
-    m = cfg.model.params
-    assert (m.patch_size, m.num_layers, m.num_heads, m.hidden_dim, m.mlp_dim) == (4, 12, 8, 384, 768)
+    m = cfg.model.kwargs
+    assert tuple(m[k] for k in ("patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim")) == (4, 12, 8, 384, 768)
     assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay, cfg.train.batch_size) == ("adamw", 1e-3, 1e-2, 512)
     assert cfg.train.mixed_precision == "auto"
     smoke = load_config("cifar10-vit", smoke=True)
-    assert smoke.data.params.synthetic and smoke.model.params.num_layers < m.num_layers
+    assert smoke.data.kwargs["synthetic"] and smoke.model.kwargs["num_layers"] < m["num_layers"]

@@ -11,13 +11,13 @@ from raytrain.data import streaming
 
 
 def test_data_size_sets_the_number_of_raw_images():
-    p = streaming.StreamingParams(data_size_gb=0.1, image_size=256)
+    p = streaming.Streaming(data_size_gb=0.1, image_size=256)
     assert streaming.bytes_per_image(p) == 256 * 256 * 3
     assert streaming.num_images(p) == 100_000_000 // (256 * 256 * 3)
 
 
 def test_generate_is_deterministic_per_id_and_preprocess_pools_to_train_size():
-    p = streaming.StreamingParams(image_size=64, train_size=16)
+    p = streaming.Streaming(image_size=64, train_size=16)
     ids = {"id": np.arange(10, 20)}
     raw = streaming.GenerateImages(p)(ids)
     assert raw["image"].shape == (10, 64, 64, 3) and raw["image"].dtype == np.uint8
@@ -29,7 +29,7 @@ def test_generate_is_deterministic_per_id_and_preprocess_pools_to_train_size():
 
 
 def test_the_classes_are_learnable_from_the_tint():
-    p = streaming.StreamingParams(image_size=32, train_size=8)
+    p = streaming.Streaming(image_size=32, train_size=8)
     batch = streaming.Preprocess(p)(streaming.GenerateImages(p)({"id": np.arange(400)}))
     colour = batch["x"].mean(axis=(2, 3))
     centroids = np.stack([colour[batch["y"] == c].mean(axis=0) for c in range(p.num_classes)])
@@ -38,7 +38,7 @@ def test_the_classes_are_learnable_from_the_tint():
 
 
 def test_the_map_style_twin_yields_the_same_samples_as_the_pipeline():
-    p = streaming.StreamingParams(data_size_gb=64 * 64 * 3 * 10 / 1e9, image_size=64, train_size=16, rows_per_block=4)
+    p = streaming.Streaming(data_size_gb=64 * 64 * 3 * 10 / 1e9, image_size=64, train_size=16, rows_per_block=4)
     ds, val = streaming.torch_datasets(p, DataContext(root=None))
     assert val is None and len(ds) == 10
     pipeline = streaming.Preprocess(p)(streaming.GenerateImages(p)({"id": np.arange(5, 7)}))  # any batching

@@ -64,7 +64,7 @@ def test_synthetic_corpus_classes_are_learnable_from_their_topic_words():
 
 
 def test_prepare_generates_the_corpus_and_stores_the_vocabulary_once(tmp_path):
-    p = text.TextParams(synthetic=True, synthetic_train=200, synthetic_val=50, vocab_size=100, max_len=16)
+    p = text.Text(synthetic=True, synthetic_train=200, synthetic_val=50, vocab_size=100, max_len=16)
     ctx = DataContext(root=tmp_path)
     text.prepare(p, ctx)
     vocab = json.loads(text.vocab_path(p, ctx).read_text())
@@ -77,7 +77,7 @@ def test_prepare_generates_the_corpus_and_stores_the_vocabulary_once(tmp_path):
 
 def test_missing_real_files_say_where_and_how(tmp_path):
     with pytest.raises(DataUnavailable) as err:
-        text.prepare(text.TextParams(data_dir=str(tmp_path / "ag")), DataContext(root=tmp_path))
+        text.prepare(text.Text(data_dir=str(tmp_path / "ag")), DataContext(root=tmp_path))
     assert "train.csv" in str(err.value) and str(tmp_path / "ag") in str(err.value)
     assert "data.synthetic=true" in str(err.value)
 
@@ -85,11 +85,12 @@ def test_missing_real_files_say_where_and_how(tmp_path):
 def test_preset_layers_hyperparameters_and_environment_files():
     cfg = load_config("text-rnn")
     assert "hparams.yaml" in cfg.source and "env.yaml" in cfg.source
-    assert (cfg.model.params.hidden_dim, cfg.model.params.n_layers, cfg.model.params.bidirectional) == (256, 2, True)
-    assert (cfg.data.params.train_file, cfg.data.params.val_file, cfg.run.storage_path) == ("train.csv", "test.csv", "./runs")
+    model, data = cfg.model.kwargs, cfg.data.kwargs
+    assert (model["hidden_dim"], model["n_layers"], model["bidirectional"]) == (256, 2, True)
+    assert (data["train_file"], data["val_file"], cfg.run.storage_path) == ("train.csv", "test.csv", "./runs")
     assert cfg.run.name == "text-rnn"
     smoke = load_config("text-rnn", ["train.lr=0.02"], smoke=True)
-    assert smoke.data.params.synthetic and smoke.model.params.hidden_dim == 32 and smoke.train.lr == 0.02
+    assert smoke.data.kwargs["synthetic"] and smoke.model.kwargs["hidden_dim"] == 32 and smoke.train.lr == 0.02
 
 
 def layout(tmp_path: Path, hparams: str, env: str = "data: {data_dir: /data/ag}\nrun: {storage_path: /runs}\n") -> str:
@@ -107,8 +108,8 @@ def test_own_layout_the_including_file_wins_and_paths_come_from_the_environment(
     job.write_text("include: [hparams.yaml, env.yaml]\nmodel: {name: text_rnn}\ndata: {name: text}\n"
                    "train: {lr: 0.002}\n")
     cfg = load_config(str(job))
-    assert (cfg.model.params.hidden_dim, cfg.train.lr) == (64, 0.002)
-    assert (cfg.data.params.data_dir, cfg.run.storage_path) == ("/data/ag", "/runs")
+    assert (cfg.model.kwargs["hidden_dim"], cfg.train.lr) == (64, 0.002)
+    assert (cfg.data.kwargs["data_dir"], cfg.run.storage_path) == ("/data/ag", "/runs")
 
 
 @pytest.mark.parametrize("hparams, include, expected", [
