@@ -24,6 +24,10 @@ def raytrain(*args: str, cwd=None) -> subprocess.CompletedProcess:
     (["run", "linear", "--set", "train.batch_size=25"], 2, "does not split evenly over 3 workers"),
     (["local", "linear", "--set", "model.widht=3"], 2, "unknown key 'model.widht'"),
     (["run", "linear", "--set", "scaling.cpus_per_worker=0"], 2, "scaling.cpus_per_worker"),
+    (["run", "linear", "--set", "train.lr=nan"], 2, "--set train.lr=nan: train.lr: 'nan' is not allowed (Input should be a finite number)"),
+    (["run", "linear", "--set", "model.hidden=-1"], 2, "--set model.hidden=-1: model.hidden: -1 is not allowed"),
+    (["run", "linear", "--name", ""], 2, "--name '': is empty"),
+    (["local", "linear", "--name", "a/b"], 2, "--name a/b: run.name: 'a/b' cannot name a run directory"),
 ])
 def test_bad_input_gives_one_clear_error(args, exit_code, fragment, tmp_path):
     done = raytrain(*args, "--storage", str(tmp_path))
@@ -31,6 +35,12 @@ def test_bad_input_gives_one_clear_error(args, exit_code, fragment, tmp_path):
     assert done.stderr.startswith("raytrain: error: ") and fragment in done.stderr, done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert not (tmp_path / "linear").exists()  # rejected before anything was written
+
+
+def test_an_empty_storage_path_is_refused_not_ignored(tmp_path):
+    done = raytrain("run", "linear", "--storage", "", cwd=tmp_path)
+    assert done.returncode == 2 and "--storage '': is empty" in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()
 
 
 def test_missing_data_fails_fast_with_how_to_stage_it(tmp_path):

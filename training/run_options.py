@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Optional, Union
 
+from raytrain.errors import ConfigError
+
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", metavar="CONFIG", help="a run-config YAML file or a preset name (raytrain presets)")
@@ -31,9 +33,14 @@ def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Op
     """--set KEY=VALUE..., then --name and --storage as the run.name and run.storage_path they stand for (an error
     in those names the option the user typed)."""
     overrides: list[Override] = list(sets or [])
-    if name:
+    for option, value, fix in (("--name", name, "give the run's name (the same name resumes it)"),
+                               ("--storage", storage, "give a directory, on a cluster the shared volume such as "
+                                                      "/mnt/shared/runs")):
+        if value is not None and not value.strip():  # e.g. an unset shell variable: refused, never ignored
+            raise ConfigError(f"{option} {value!r}: is empty. Fix: {fix}, or leave {option} out.")
+    if name is not None:
         overrides.append((f"run.name={name}", f"--name {name}"))
-    if storage:
+    if storage is not None:
         overrides.append((f"run.storage_path={storage}", f"--storage {storage}"))
     return overrides
 
