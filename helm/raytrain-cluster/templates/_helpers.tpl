@@ -96,6 +96,7 @@ metadata:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 spec:
+  terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
   securityContext:
     {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
   {{- with $root.Values.image.pullSecrets }}
