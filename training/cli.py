@@ -363,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_validate)
 
     emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")
-    emulate.add_argument("rayjob", metavar="RAYJOB.yaml")
+    emulate.add_argument("rayjob", metavar="RAYJOB.yaml", help="a RayJob with its ConfigMaps, or a kustomization "
+                         "directory (rendered with `kubectl kustomize`)")
     emulate.add_argument("--values", metavar="VALUES.yaml", help="chart values for a clusterSelector RayJob")
     emulate.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     emulate.add_argument("--shared", metavar="DIR", help="directory backing /mnt/shared (reuse it to resubmit a "

@@ -208,8 +208,9 @@ def hadolint() -> str:
     return found
 
 
-def test_dockerfile_passes_hadolint():
-    out = subprocess.run([hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True)
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, DOCKERFILE.with_name("Dockerfile.project")], ids=lambda p: p.name)
+def test_dockerfile_passes_hadolint(dockerfile):
+    out = subprocess.run([hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True)
     assert out.returncode == 0, f"hadolint findings:\n{out.stdout}{out.stderr}"
 
 

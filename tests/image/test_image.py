@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.image.support import ROOT, build
+from tests.image.support import ROOT, build, build_env
 from tests.support.checks import assert_run_completed
 
 pytestmark = pytest.mark.image
@@ -284,6 +284,42 @@ def test_code_change_rebuilds_only_the_last_layers(docker, image, tmp_path):
         assert marker in source
     finally:
         dock(docker, "rmi", tagged, check=False)
+
+
+# ------------------------------------------------------------------------------------------ a user's project
+
+PYPROJECT = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "probe-project"
+version = "0.0.1"
+"""
+
+
+@pytest.mark.parametrize("packaged", [False, True], ids=["plain directory", "pyproject"])
+def test_project_image_trains_its_own_code_from_any_directory(docker, image, names, tmp_path, packaged):
+    """scripts/build-image --project: examples/own-code as one layer on the raytrain image (pip-installed when it
+    has a pyproject.toml, else on the import path); `raytrain run` finds its modules from another directory."""
+    project = tmp_path / "own-code"
+    shutil.copytree(ROOT / "examples" / "own-code", project)
+    if packaged:
+        (project / "pyproject.toml").write_text(PYPROJECT + '\n[tool.setuptools]\npy-modules = ["my_models", "my_data"]\n')
+    tagged = f"raytrain-probe-{uuid.uuid4().hex[:8]}"
+    env = build_env({"PROJECT_IMAGE": tagged})
+    out = subprocess.run([str(ROOT / "scripts" / "build-image"), "--project", str(project), "--", "--progress=plain"],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    built = f"{tagged}:{image.rpartition(':')[2]}"
+    try:
+        run = dock(docker, "run", "--rm", "--name", names("container", "project"), "--shm-size=512m", "-w", "/tmp",
+                   built, "raytrain", "run", "/home/ray/project/job.yaml", "--smoke-test", "--storage", "/tmp/runs",
+                   timeout=600, check=False)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+        assert "succeeded" in run.stdout
+    finally:
+        dock(docker, "rmi", built, check=False)
 
 
 # ------------------------------------------------------------------------------------------------------- GPU

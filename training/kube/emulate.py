@@ -1,4 +1,4 @@
-"""`raytrain emulate RAYJOB.yaml`: run a RayJob the way KubeRay v1.7.0 runs it, on a real local Ray cluster.
+"""`raytrain emulate RAYJOB.yaml` (or a kustomization directory): run a RayJob the way KubeRay v1.7.0 runs it, on a real local Ray cluster.
 
 What KubeRay does, and what stands in for it here:
 - RayCluster: the RayJob's `rayClusterSpec`, or for a `clusterSelector` job the chart rendered with --values,
@@ -33,6 +33,7 @@ from typing import IO, Any, Iterator
 import yaml
 
 from raytrain.kube.dashboard import alive_nodes, http_get
+from raytrain.kube.kustomize import KustomizeError, is_kustomization, kustomize_build
 from raytrain.kube.localcluster import LocalCluster, clean_stale, cluster_shape
 from raytrain.kube.raynode import ClusterError
 from raytrain.kube.problems import Doc
@@ -67,9 +68,13 @@ class JobInput:
 
 
 def load_rayjob(path: Path) -> JobInput:
-    """The one RayJob of a multi-document file, plus its ConfigMaps."""
+    """The one RayJob of a multi-document file (or of a kustomization directory, as `kubectl apply -k` would
+    apply it), plus its ConfigMaps."""
     try:
-        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+        text = kustomize_build(path) if is_kustomization(path) else Path(path).read_text()
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except KustomizeError as err:
+        raise RayJobError(str(err)) from None
     except OSError as err:
         raise RayJobError(f"{path}: cannot be read ({err.strerror}). Fix: check the path") from None
     except yaml.YAMLError as err:

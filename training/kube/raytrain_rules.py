@@ -165,8 +165,9 @@ def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[Run
 
 def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None = None) -> tuple[Any, list[Problem]]:
     """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's overrides, built as
-    `raytrain run` builds them (--set, --name, --storage). A key the entrypoint overrides is blamed on the
-    entrypoint, any other on the run config."""
+    `raytrain run` builds them (--set, --name, --storage), without the user's code: components named by the user's
+    import paths give a note, not an error. A key the entrypoint overrides is blamed on the entrypoint, any other on
+    the run config."""
     from raytrain.config import ConfigError, load_config
 
     overrides = config_overrides(run.overrides, run.name, run.storage)
@@ -177,7 +178,9 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
             path.write_text(source.text)
             ref = str(path)
         try:
-            return load_config(ref, overrides, smoke=run.smoke_test, import_user_code=False), []
+            # The user's modules are not here (they reach the cluster with the job): their components' keys are
+            # theirs, checked when `raytrain run` starts; everything else is checked now.
+            cfg = load_config(ref, overrides, smoke=run.smoke_test, import_user_code=False)
         except ConfigError as exc:
             text = str(exc)
             overridden = [o for o in overrides if text.startswith(f"{override_origin(o)}: ")]
@@ -188,6 +191,15 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
                                           f"{message}", fix)]
             message, fix = split_fix(text.replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
             return None, [source.doc.problem(source.field, message, fix)]
+    return cfg, [_unchecked_note(source, cfg.unchecked)] if cfg.unchecked else []
+
+
+def _unchecked_note(source: RunConfigSource, unchecked: list[str]) -> Problem:
+    return source.doc.problem(source.field, f"names your own code ({'; '.join(unchecked)}): its keyword arguments "
+                              "are yours, so they are checked when `raytrain run` starts on the cluster, where the "
+                              "job's working_dir (or the image) provides the modules.", "nothing to do; to check them "
+                              f"now, run `raytrain run {source.ref} --smoke-test` (or `raytrain local`) in your "
+                              "project's directory", severity="note")
 
 
 # ----------------------------------------------------------------------------------------------------------

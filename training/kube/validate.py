@@ -1,6 +1,7 @@
 """`raytrain validate`: check charts, values files and manifests before anything reaches a cluster.
 
-Paths become manifest sets (a chart rendered once per values file, a manifest file or directory as it is), and
+Paths become manifest sets (a chart rendered once per values file, a kustomization directory rendered by
+`kubectl kustomize`, a manifest file or directory as it is), and
 each object goes through four layers, each reported as a Problem (problems.py) that names the file, the object,
 the field and the fix:
 1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
@@ -26,7 +27,8 @@ import yaml
 from raytrain.kube import raytrain_rules
 from raytrain.kube.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
 from raytrain.kube.kuberay_rules import FeatureGates, check_cel, check_kuberay
-from raytrain.kube.problems import Doc, Problem, field_path
+from raytrain.kube.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
+from raytrain.kube.problems import Doc, Problem, field_path, split_fix
 from raytrain.kube.render import ChartError, default_chart_dir, render_chart_templates
 
 # Kubernetes version the core schemas are checked against (KubeRay v1.7.0 supports 1.27+; kind ships ~1.33).
@@ -65,9 +67,9 @@ def render_set(chart: Path, values_file: Path | None, release_name: str = "raytr
     return [Doc(f"{label} [{template}]", obj) for template, obj in rendered], []
 
 
-def _read_yaml_documents(path: Path) -> tuple[list, list[Problem]]:
+def _read_yaml_documents(path: Path, text: str | None = None) -> tuple[list, list[Problem]]:
     try:
-        return list(yaml.safe_load_all(path.read_text())), []
+        return list(yaml.safe_load_all(path.read_text() if text is None else text)), []
     except OSError as exc:
         return [], [Problem(str(path), "", "", f"cannot be read ({exc.strerror}).", "check the path")]
     except yaml.YAMLError as exc:
@@ -77,9 +79,10 @@ def _read_yaml_documents(path: Path) -> tuple[list, list[Problem]]:
                             "fix the YAML syntax there")]
 
 
-def load_manifest_file(path: Path) -> tuple[list[Doc], list[Problem]]:
-    """A multi-document YAML file as Docs; documents that are not Kubernetes objects become Problems."""
-    docs, problems = _read_yaml_documents(path)
+def load_manifest_file(path: Path, text: str | None = None) -> tuple[list[Doc], list[Problem]]:
+    """A multi-document YAML file (or `text` read from it) as Docs; documents that are not Kubernetes objects become
+    Problems."""
+    docs, problems = _read_yaml_documents(path, text)
     out: list[Doc] = []
     for index, doc in enumerate(docs):
         if doc is None:
@@ -93,6 +96,16 @@ def load_manifest_file(path: Path) -> tuple[list[Doc], list[Problem]]:
     return out, problems
 
 
+def load_kustomization(path: Path) -> tuple[list[Doc], list[Problem]]:
+    """A kustomization directory as `kubectl apply -k` would apply it (rendered by kubectl)."""
+    try:
+        text = kustomize_build(path)
+    except KustomizeError as exc:
+        message, fix = split_fix(str(exc).removeprefix(f"{path}: "))
+        return [], [Problem(str(path), "", "", message, fix)]
+    return load_manifest_file(Path(f"{path} (kubectl kustomize)"), text)
+
+
 def _is_values_file(path: Path) -> bool:
     """A chart values file given on its own: named *values*.yaml and holding one mapping that is not an object."""
     if "values" not in path.name or path.suffix not in (".yaml", ".yml"):
@@ -104,8 +117,8 @@ def _is_values_file(path: Path) -> bool:
 
 def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list[list[Doc]], list[Problem]]:
     """Each path becomes one or more manifest sets: a chart one per values file (a chart inside a directory too), a
-    values file one (rendered with its own chart, else `chart`, else the default chart), a manifest file or the
-    other files of a directory one (a RayJob finds its ConfigMap and cluster within its set)."""
+    values file one (rendered with its own chart, else `chart`, else the default chart), a kustomization directory
+    one (inside a directory too), a manifest file or the other files of a directory one (a RayJob finds its ConfigMap and cluster within its set)."""
     sets: list[list[Doc]] = []
     problems: list[Problem] = []
 
@@ -114,7 +127,9 @@ def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list
         problems.extend(result[1])
 
     for path in map(Path, paths):
-        if path.is_dir() and _is_chart(path):
+        if is_kustomization(path):
+            add(load_kustomization(path))
+        elif path.is_dir() and _is_chart(path):
             for values_file in _values_files_of(path):
                 add(render_set(path, values_file))
         elif path.is_dir():
@@ -123,8 +138,14 @@ def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list
             for found in outermost:  # a chart is rendered, never parsed as YAML
                 for values_file in _values_files_of(found):
                     add(render_set(found, values_file))
+            # A kustomization is rendered too: its files are inputs (a run config, a patch), not objects.
+            kustomizations = sorted({p.parent for name in KUSTOMIZATION_FILES for p in path.rglob(name)
+                                     if not any(c in p.parents for c in outermost)}, key=lambda k: len(k.parts))
+            kustomizations = [k for k in kustomizations if not any(o != k and o in k.parents for o in kustomizations)]
+            for found in kustomizations:
+                add(load_kustomization(found))
             files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
-                           and not any(c in p.parents for c in outermost))
+                           and not any(c in p.parents for c in outermost + kustomizations))
             docs: list[Doc] = []
             for file in files:
                 file_docs, file_problems = load_manifest_file(file)
