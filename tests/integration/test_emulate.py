@@ -95,6 +95,9 @@ class Emulation:
         if line is None:
             return False
         self.output += line
+        started = re.match(r"cluster (rte[0-9a-f]{6}):", line)
+        if started:
+            STARTED_HERE.add(started.group(1))
         return True
 
     def wait_for(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -130,6 +133,20 @@ def run_dir(run_id: str, name: str) -> Path:
     return localcluster.RUN_ROOT / f"{run_id}-shared" / "runs" / name
 
 
+STARTED_HERE: set[str] = set()  # run ids of the clusters this session's Emulations started
+
+
+def _started_here(run_dir: Path) -> bool:
+    """A run whose owner (`raytrain emulate`) is this test process's child, or is gone: never the live cluster of
+    another session's emulate sharing /tmp on this machine."""
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    owner = state.get("owner_pid")
+    return owner in processes.tree_pids(os.getpid()) or processes.process_start(owner) != state.get("owner_started")
+
+
 @pytest.fixture(autouse=True)
 def _no_leftovers():
     """Whatever a failing test leaves, the next one must not trip over it: tear down runs this test started."""
@@ -138,8 +155,9 @@ def _no_leftovers():
     for path in localcluster.RUN_ROOT.glob("rte*"):
         if path.name not in before:
             if path.name.endswith("-shared"):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
+                if path.name.removesuffix("-shared") in STARTED_HERE:
+                    shutil.rmtree(path, ignore_errors=True)
+            elif path.name in STARTED_HERE or _started_here(path):
                 localcluster.stop_run(path.name)
 
 

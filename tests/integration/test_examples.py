@@ -124,6 +124,8 @@ def test_own_code_ships_as_the_rayjob_working_dir_through_emulate_and_resumes(tm
     done = raytrain(cwd, *emulate, timeout=900)
     checks.assert_job_succeeded(checks.rayjob_from_emulate_output(done.stdout))
     checks.assert_run_completed(run_dir, 1)
+    # The kind values' head holds 1 CPU: at least one of the 2 workers imported the modules on a worker node.
+    assert any(n.startswith("worker") for n in checks.train_worker_nodes(done.stdout)), done.stdout[-3000:]
     assert stored_config(run_dir)["model"]["_component_"] == "my_models.TinyConvNet"
 
     job["train"]["epochs"] = 2  # the user's next `kubectl delete -k . && kubectl apply -k .`
