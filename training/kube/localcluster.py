@@ -348,7 +348,10 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while True:
             dead = [n.spec.name for n in self.nodes if self.node_exited(n)]
-            nodes = alive_nodes(self.dashboard_url, self.token)
+            try:
+                nodes = alive_nodes(self.dashboard_url, self.token)
+            except OSError:  # a dashboard still starting (or busy) resets the connection: ask again
+                nodes = []
             if len(nodes) >= count:
                 return nodes
             if dead or time.monotonic() > deadline:
