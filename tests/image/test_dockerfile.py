@@ -110,17 +110,17 @@ def test_build_image_tag_follows_project_version():
 
 def manifest_images() -> list[tuple[str, str]]:
     found = []
-    for path in sorted((ROOT / "manifests").glob("*.yaml")):
+    for path in sorted([*(ROOT / "manifests").glob("*.yaml"), *(ROOT / "examples").glob("*/*.yaml")]):
         for match in re.finditer(r"image:\s*(\S+)", path.read_text()):
             if match.group(1).startswith(IMAGE_REPOSITORY + ":"):
-                found.append((path.name, match.group(1)))
+                found.append((str(path.relative_to(ROOT)), match.group(1)))
     return found
 
 
 @pytest.mark.parametrize("manifest, image", manifest_images())
 def test_manifests_name_the_built_image(manifest, image):
     assert image in (build_image_tag(), build_image_tag("--gpu")), \
-        f"manifests/{manifest} names {image}; scripts/build-image builds {build_image_tag()}"
+        f"{manifest} names {image}; scripts/build-image builds {build_image_tag()}"
 
 
 def test_build_image_rejects_unknown_option():

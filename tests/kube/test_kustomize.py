@@ -88,6 +88,14 @@ def test_a_folder_holding_a_kustomization_renders_it_instead_of_reading_its_file
     assert [p.severity for p in found] == ["note"]  # job.yaml and kustomization.yaml are no objects of their own
 
 
+@needs_kubectl
+def test_a_loss_of_the_project_s_own_is_in_the_note_too(crd_dir, own_code):
+    job = own_code / "job.yaml"
+    job.write_text(job.read_text().replace("loss: cross_entropy", "loss: {_component_: my_losses.focal, gamma: 2}"))
+    [note] = validate_paths([own_code], crd_dir)
+    assert note.severity == "note" and "train.loss: my_losses.focal" in note.message
+
+
 BROKEN = [  # (what, edit of job.yaml, the field blamed, text in the message)
     ("a wrong type in raytrain's own section", ("epochs: 6", "epochs: many"), "data.job.yaml", "train.epochs"),
     ("an unknown section", ("scaling:", "scalling:"), "data.job.yaml", "scalling"),

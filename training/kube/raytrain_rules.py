@@ -191,7 +191,10 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
                                           f"{message}", fix)]
             message, fix = split_fix(text.replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
             return None, [source.doc.problem(source.field, message, fix)]
-    return cfg, [_unchecked_note(source, cfg.unchecked)] if cfg.unchecked else []
+    unchecked = list(cfg.unchecked)
+    if not cfg.loss.path.startswith(("raytrain.", "torch.")):  # a loss of the user's own (torch's are known)
+        unchecked.append(f"train.loss: {cfg.loss.path}")
+    return cfg, [_unchecked_note(source, unchecked)] if unchecked else []
 
 
 def _unchecked_note(source: RunConfigSource, unchecked: list[str]) -> Problem:
