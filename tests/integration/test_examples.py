@@ -1,5 +1,6 @@
 """The examples as a user runs them: copied into a directory outside the checkout and started from there with the
-real CLI, on the embedded Ray and through `raytrain emulate` (the code shipped as the RayJob's working_dir); each
+real CLI, on the embedded Ray, through `raytrain emulate` (the code shipped as the RayJob's working_dir) and by
+`ray job submit --working-dir .` with the token, as from a laptop; each
 run writes the run contract and a re-run with more epochs resumes. Tiny epochs: the machine has 2 shared cores.
 
     .venv/bin/python -m pytest -m integration tests/integration/test_examples.py -v --durations=0
@@ -9,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -134,3 +137,27 @@ def test_own_code_ships_as_the_rayjob_working_dir_through_emulate_and_resumes(tm
     checks.assert_job_succeeded(checks.rayjob_from_emulate_output(done.stdout))
     checks.assert_run_completed(run_dir, 2)
     assert result_of(run_dir)["resumed_from_epoch"] == 1
+
+
+def test_a_laptop_submits_the_project_as_its_working_dir_with_the_token(tmp_path):
+    """The README's laptop route against a token-auth Ray head (`raytrain cluster head`, a stand-in for the chart's
+    head behind `kubectl port-forward`): without the token Ray refuses; with RAY_AUTH_MODE=token and RAY_AUTH_TOKEN,
+    `ray job submit --working-dir .` ships the project and `raytrain run --address auto` trains it."""
+    cwd = project(tmp_path, "own-code")
+    node = Path(tempfile.mkdtemp(prefix="rt-laptop-"))  # short: Ray's socket paths live under it
+    head = raytrain(tmp_path, "cluster", "head", "--temp-dir", str(node), "--num-cpus", "2", "--free-ports")
+    try:
+        address = re.search(r"dashboard (http://\S+)", head.stdout).group(1)
+        submit = [str(Path(RAYTRAIN).with_name("ray")), "job", "submit", "--address", address, "--working-dir", ".",
+                  "--", "raytrain", "run", "job.yaml", "--name", "laptop", "--storage", str(tmp_path / "runs"),
+                  "--address", "auto", "--set", "train.epochs=1", "--set", "data.n_train=128"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        refused = subprocess.run(submit, cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+        assert refused.returncode != 0 and "Missing authentication token" in refused.stdout + refused.stderr
+        env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": (node / "auth_token").read_text().strip()}
+        done = subprocess.run(submit, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        checks.assert_run_completed(tmp_path / "runs" / "laptop", 1)
+    finally:
+        raytrain(tmp_path, "cluster", "stop", str(node))
+        shutil.rmtree(node, ignore_errors=True)
