@@ -4,7 +4,9 @@ forward passes, a real optimizer and a real two-process gloo group."""
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from torch import nn
 
 from bench import probes
 
+REPO = Path(__file__).resolve().parents[2]
 LINEAR = {"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2}
 
 
@@ -55,27 +58,33 @@ def test_a_new_instance_records_its_own_first_step(tmp_path):
     assert [r["event"] for r in _rows(path)] == [probes.STEP_BEGAN, probes.STEP_DONE] * 2
 
 
-def _rank(rank: int, init_file: str, path: str) -> None:
-    import torch.distributed as dist
+RANK = """
+import sys
+import torch
+import torch.distributed as dist
+from bench import probes
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
-        model = probes.FirstStepProbe(inner=LINEAR, path=path)
-        model(torch.randn(2, 4))
-        model(torch.randn(2, 4))
-    finally:
-        dist.destroy_process_group()
+rank, init_file, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+try:
+    model = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
+                                  path=path)
+    model(torch.randn(2, 4))
+    model(torch.randn(2, 4))
+    dist.barrier()  # neither rank leaves the group while the other still uses it
+finally:
+    dist.destroy_process_group()
+"""
 
 
 def test_only_rank_zero_writes(tmp_path):
+    # Fresh interpreters, not fork: a fork of the test process (with torch's and other tests' threads) can hang or
+    # die in gloo under load.
     path = tmp_path / "p.jsonl"
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank, args=(r, str(tmp_path / "init"), str(path))) for r in (0, 1)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0, 0]
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(tmp_path / "init"), str(path)],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
     rows = _rows(path)
     assert [r["event"] for r in rows] == [probes.STEP_BEGAN, probes.STEP_DONE]
     assert {r["pid"] for r in rows} == {procs[0].pid}
