@@ -16,8 +16,8 @@ What happens on a pod deletion (KubeRay v1.7.0 and Ray 2.55.1):
   never drained, or the GCS and every driver would go with it (tried here: the driver's node "crashed").
 
 So the preStop hook, on the node it runs on:
-1. asks the GCS to drain this node (worker nodes only), with the deadline the pod's grace period leaves, and writes a
-   drain notice into the node's Ray session directory (read by `node_draining` as well, should the GCS not answer);
+1. on a worker node: writes a drain notice into the node's Ray session directory (read by `node_draining` as well,
+   should the GCS not answer) and asks the GCS to drain the node, with the deadline the pod's grace period leaves;
 2. sends SIGTERM to the `raytrain run`/`raytrain tune` drivers on this node (on the head pod: the RayJob's driver),
    which stop their run gracefully;
 3. waits, at most --wait seconds, until the training on this node has ended (no drivers, no Ray Train worker
@@ -47,9 +47,6 @@ from raytrain.kube.processes import proc_table
 NOTICE_NAME = "raytrain-drain.json"
 # How often a worker asks the GCS at most; between asks node_draining() answers from its last look.
 PROBE_INTERVAL_S = 0.5
-# Left of the grace period for `ray start --block` to stop the node after the hook (the chart's --wait is
-# terminationGracePeriodSeconds minus this).
-STOP_MARGIN_S = 10
 DRIVER_COMMANDS = ("run", "tune")
 # Ray sets each actor process's title to ray::<Class>[.<method>]: Ray Train's worker actor class (v1 and v2).
 TRAIN_WORKER_TITLES = ("ray::RayTrainWorker", "ray::_RayTrainWorker")
@@ -171,8 +168,13 @@ def _is_driver(cmd: list[str]) -> bool:
     """`raytrain run|tune ...` as a console script or `python -m raytrain.cli`; options may come before the command."""
     for i, part in enumerate(cmd):
         if os.path.basename(part) == "raytrain" or (part == "raytrain.cli" and i and cmd[i - 1] == "-m"):
-            rest = [p for p in cmd[i + 1:] if not p.startswith("-")]
-            return bool(rest) and rest[0] in DRIVER_COMMANDS
+            rest = iter(cmd[i + 1:])
+            for arg in rest:
+                if arg == "--log-format":  # raytrain's one option before the command that takes a value
+                    next(rest, None)
+                elif not arg.startswith("-"):
+                    return arg in DRIVER_COMMANDS
+            return False
     return False
 
 
@@ -203,16 +205,17 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
     outcome = {"node_ip": raylet.node_ip if raylet else None, "head": bool(raylet and raylet.is_head),
                "gcs_drain": None, "drivers_signalled": [], "ended": False, "waited_s": 0.0}
     if raylet is None:
-        say("raytrain drain: no Ray node runs here; nothing to drain")
+        say("no Ray node runs here; nothing to drain")
     else:
-        write_notice(raylet, wait_s, reason)
         if raylet.is_head:
-            # Draining the head would end the GCS with it before the driver's checkpoint (see the module's notes).
-            say(f"raytrain drain: head node {raylet.node_ip}: not drained in the GCS (the cluster ends with it)")
+            # Draining the head would end the GCS with it before the driver's checkpoint (see the module's notes);
+            # its workers stop with the driver's stop request, not a drain (no notice: no restart elsewhere).
+            say(f"head node {raylet.node_ip}: not drained in the GCS (the cluster ends with it); its drivers stop")
         else:
+            write_notice(raylet, wait_s, reason)
             accepted, rejection = request_gcs_drain(raylet, wait_s, reason)
             outcome["gcs_drain"] = accepted
-            say(f"raytrain drain: node {raylet.node_ip} ({raylet.node_id[:8]}) "
+            say(f"node {raylet.node_ip} ({raylet.node_id[:8]}) "
                 + ("marked DRAINING in the GCS: no new work goes there" if accepted else
                    f"not drained by the GCS ({rejection}); the workers read the drain notice {raylet.notice_path}"))
     table = proc_table()
@@ -223,7 +226,8 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
         except (ProcessLookupError, PermissionError):
             pass
     if outcome["drivers_signalled"]:
-        say(f"raytrain drain: SIGTERM to the raytrain driver(s) {outcome['drivers_signalled']}: they checkpoint and stop")
+        say(f"SIGTERM to the raytrain driver(s) {outcome['drivers_signalled']}: they checkpoint and stop")
+    said = False
     while True:
         table = proc_table()
         left = training_processes(raylet, table)
@@ -231,11 +235,15 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
         if raylet_gone or not (left["drivers"] or left["workers"]):
             outcome["ended"] = True
             break
+        if not said:
+            say(f"waiting for {len(left['workers'])} Ray Train worker(s) and {len(left['drivers'])} "
+                f"driver(s) on this node to checkpoint and end (at most {wait_s:g}s)")
+            said = True
         if time.monotonic() - started >= wait_s:
             break
         time.sleep(poll_s)
     outcome["waited_s"] = round(time.monotonic() - started, 1)
-    say(f"raytrain drain: training on this node {'ended' if outcome['ended'] else 'still running'} after "
+    say(f"training on this node {'ended' if outcome['ended'] else 'still running'} after "
         f"{outcome['waited_s']:g}s" + ("" if outcome["ended"] else f" (--wait {wait_s:g}s is up): kubelet stops it now"))
     return outcome
 
@@ -269,18 +277,19 @@ def node_draining(interval_s: float = PROBE_INTERVAL_S, clock: Callable[[], floa
     probe.checked = now
     try:
         import ray
+        from ray._private import worker as ray_worker
 
         if not ray.is_initialized():
             return False
         if probe.node_id is None:
-            from ray._private import worker as ray_worker
-
             probe.node_id = ray.get_runtime_context().get_node_id()
-            probe.notice = Path(ray_worker._global_node.get_session_dir_path()) / NOTICE_NAME
+            probe.notice = Path(ray_worker.global_worker.node.get_session_dir_path()) / NOTICE_NAME
+    except Exception:  # not a Ray worker after all
+        return False
+    try:
         if probe.notice is not None and probe.notice.exists():
             probe.draining = True
             return True
-        from ray._private import worker as ray_worker
         from ray.autoscaler.v2.sdk import get_cluster_resource_state
         from ray.core.generated.autoscaler_pb2 import NodeStatus
 

@@ -35,7 +35,8 @@ from typing import IO
 
 from raytrain.kube.dashboard import alive_nodes, wait_dashboard
 from raytrain.kube.processes import (
-    kill_pids, memory_available, memory_total, netns_pids, pids_mentioning, proc_table, process_start, sh, tree_pids,
+    is_zombie, kill_pids, memory_available, memory_total, netns_pids, pids_mentioning, proc_table, process_start, sh,
+    tree_pids,
 )
 from raytrain.kube.quantity import QuantityError
 from raytrain.kube.raynode import ClusterError, Ports, ray_start_command
@@ -493,7 +494,8 @@ def _all_node_pids(node: dict) -> list[int]:
     pids = (tree_pids(node["pid"]) if node.get("pid") else []) + pids_mentioning(node["temp_dir"])
     if node.get("netns"):
         pids += netns_pids(node["netns"])
-    return list(dict.fromkeys(pids))
+    # An exited `ray start` stays a zombie until the process that started the cluster reaps it: it is gone.
+    return [pid for pid in dict.fromkeys(pids) if not is_zombie(pid)]
 
 
 def kill_node(state_file: Path, name: str) -> list[int]:
@@ -572,10 +574,5 @@ def delete_node(state_file: Path, name: str, grace: float | None = None, out: IO
 def node_processes(state_file: Path, name: str, contains: str = "") -> list[int]:
     """PIDs of one node's processes whose command line contains `contains` (e.g. a job's entrypoint)."""
     _, node = _state_node(state_file, name)
-    pids = set(tree_pids(node["pid"]) if node.get("pid") else []) | set(pids_mentioning(node["temp_dir"]))
-    if node.get("netns"):
-        pids |= set(netns_pids(node["netns"]))
     table = proc_table()
-    return sorted(pid for pid in pids if pid in table and contains in " ".join(table[pid][2]))
-
-
+    return sorted(pid for pid in _all_node_pids(node) if pid in table and contains in " ".join(table[pid][2]))
