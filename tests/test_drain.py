@@ -51,20 +51,21 @@ def test_nodes_sharing_a_machine_are_told_apart_by_address_then_temp_dir():
         drain.this_raylet(table=table)
     assert drain.this_raylet("/tmp/rtx/n1", table=table).pid == 11
     assert drain.this_raylet(table={12: table[12]}).pid == 12  # the only one: a pod's
+    assert drain.this_raylet("/tmp/rtx/n1", table={12: table[12]}) is None  # never another node's, even alone
     assert drain.this_raylet(table={}) is None
 
 
-def test_drivers_on_a_shared_machine_are_only_those_the_node_started():
+def test_drivers_are_only_those_the_nodes_ray_started():
     raylet = drain.LocalRaylet(10, "ab", "127.0.0.2", "127.0.0.2:6379", "/s", "/t", True)
     table = {10: (1, 0.0, raylet_cmd("127.0.0.2", "/t", head=True)), 20: (1, 0.0, raylet_cmd("127.0.0.3", "/u")),
              30: (10, 0.0, ["ray::JobSupervisor"]), 31: (30, 0.0, ["python", "/v/raytrain", "run", "a.yaml"]),
-             40: (1, 0.0, ["python", "/v/raytrain", "run", "b.yaml"]),  # another cluster's driver
+             40: (1, 0.0, ["python", "/v/raytrain", "run", "b.yaml"]),  # someone else's driver
              50: (10, 0.0, ["ray::RayTrainWorker.run_train_fn"]), 60: (20, 0.0, ["ray::RayTrainWorker"])}
     assert drain.training_processes(raylet, table) == {"drivers": [31], "workers": [50]}
-    alone = {k: v for k, v in table.items() if k != 20}  # a pod: every driver in sight is this node's
-    assert drain.training_processes(raylet, alone)["drivers"] == [31, 40]
+    assert drain.training_processes(None, table) == {"drivers": [], "workers": []}
 
 
+# These name a temp dir no Ray node uses: on a shared machine they must never drain another session's Ray.
 def test_drain_without_a_ray_node_says_so_and_returns_at_once():
     lines: list[str] = []
     outcome = drain.drain(5, temp_dir="/nonexistent/ray", say=lines.append)

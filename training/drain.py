@@ -18,8 +18,8 @@ What happens on a pod deletion (KubeRay v1.7.0 and Ray 2.55.1):
 So the preStop hook, on the node it runs on:
 1. on a worker node: writes a drain notice into the node's Ray session directory (read by `node_draining` as well,
    should the GCS not answer) and asks the GCS to drain the node, with the deadline the pod's grace period leaves;
-2. sends SIGTERM to the `raytrain run`/`raytrain tune` drivers on this node (on the head pod: the RayJob's driver),
-   which stop their run gracefully;
+2. sends SIGTERM to the `raytrain run`/`raytrain tune` drivers this node's Ray started (on the head pod: the
+   RayJob's driver, which Ray's job supervisor runs), which stop their run gracefully;
 3. waits, at most --wait seconds, until the training on this node has ended (no drivers, no Ray Train worker
    actors, or the raylet gone), so that kubelet's SIGTERM and SIGKILL only come after the checkpoint.
 The Ray Train workers, at their synced step decision, see `node_draining()` on one of them: all checkpoint at that
@@ -115,14 +115,14 @@ def _is_local_address(ip: str) -> bool:
 
 def this_raylet(temp_dir: str | None = None, table: dict | None = None) -> LocalRaylet | None:
     """The raylet of the node this process runs on, or None when no Ray node runs here. Where several are visible
-    (nodes sharing one machine), the one whose address belongs to this network namespace, then the one in Ray's
-    temp dir ($RAY_TMPDIR, as Ray reads it)."""
+    (nodes sharing one machine), the one whose address belongs to this network namespace. temp_dir (else
+    $RAY_TMPDIR, as Ray reads it) keeps only the node started with that `--temp-dir`."""
     raylets = local_raylets(table)
+    temp_dir = temp_dir or os.environ.get("RAY_TMPDIR")
+    if temp_dir:  # said explicitly: never another node's raylet, even the only one in sight
+        raylets = [r for r in raylets if os.path.realpath(r.temp_dir) == os.path.realpath(temp_dir)]
     if len(raylets) > 1:
         raylets = [r for r in raylets if _is_local_address(r.node_ip)] or raylets
-    temp_dir = temp_dir or os.environ.get("RAY_TMPDIR")
-    if len(raylets) > 1 and temp_dir:
-        raylets = [r for r in raylets if os.path.realpath(r.temp_dir) == os.path.realpath(temp_dir)]
     if len(raylets) > 1:
         raise DrainError(f"{len(raylets)} Ray nodes run on this machine ("
                          + ", ".join(f"{r.node_ip} in {r.temp_dir}" for r in raylets)
@@ -179,12 +179,13 @@ def _is_driver(cmd: list[str]) -> bool:
 
 
 def local_drivers(raylet: LocalRaylet | None, table: dict) -> list[int]:
-    """raytrain drivers on this node: those Ray started here (a submitted job's entrypoint descends from the raylet)
-    and, where this is the only Ray node in sight (a pod), every one."""
-    alone = len(local_raylets(table)) <= 1
+    """raytrain drivers that this node's Ray started: a submitted job's entrypoint (a RayJob's `raytrain run`)
+    descends from the raylet through Ray's job supervisor. Never a process outside the node's Ray, so that on a
+    machine shared with other Ray nodes nobody else's run is stopped."""
+    if raylet is None:
+        return []
     return sorted(pid for pid, (_, _, cmd) in table.items()
-                  if pid != os.getpid() and _is_driver(cmd)
-                  and (alone or (raylet is not None and _descends_from(pid, raylet.pid, table))))
+                  if pid != os.getpid() and _is_driver(cmd) and _descends_from(pid, raylet.pid, table))
 
 
 def training_processes(raylet: LocalRaylet | None, table: dict | None = None) -> dict[str, list[int]]:
