@@ -119,7 +119,11 @@ def test_a_deleted_worker_pod_drains_its_node_and_its_workers_end_before_the_gra
     # ... the drained node's worker saw it and ended; the other node's did not see a drain ...
     assert (tmp_path / "worker-0.drained").exists() and not (tmp_path / "worker-1.drained").exists()
     results = json.loads(output.split("RESULTS ", 1)[1].splitlines()[0])
-    assert "exit_actor() is called" in results["worker-0"] and results["worker-1"] == "no drain seen", results
+    # Ray names the end of the drained one either way: its own exit, or (when the idle node's raylet went first)
+    # the node "preempted" with the hook's reason.
+    assert ("exit_actor() is called" in results["worker-0"]
+            or "preempted: pod preStop: raytrain drain" in results["worker-0"]), results
+    assert results["worker-1"] == "no drain seen", results
     # The hook waited for the worker's checkpoint (3 s) before kubelet's SIGTERM.
     assert "waiting for 1 Ray Train worker(s) and 0 driver(s)" in done.stdout
     hook_s = float(re.search(r"preStop raytrain drain --wait 20 -> 0 after ([0-9.]+)s", done.stdout).group(1))
