@@ -157,7 +157,7 @@ def _emulated_run(tmp_path: Path):
     from tests.integration.test_emulate import Emulation, run_dir, variant
 
     job = variant(REPO / "manifests" / "rayjob-standalone.yaml", tmp_path / "rayjob.yaml",
-                  job={"train": {"epochs": 3}, "data": {"num_samples": 20000},  # ~830 steps an epoch
+                  job={"train": {"epochs": 3}, "data": {"num_samples": 200000},  # ~30 s an epoch here
                        "run": {"checkpoint_every": 1, "keep_checkpoints": 20}})
     run = Emulation(str(job))
     run_id = run.run_id()
