@@ -223,6 +223,31 @@ def cmd_emulate(args: argparse.Namespace) -> int:
                    shared_dir=Path(args.shared) if args.shared else None)
 
 
+def cmd_drain(args: argparse.Namespace) -> int:
+    """A Ray pod's preStop hook: drain this node, stop its raytrain drivers gracefully, wait for them (drain.py)."""
+    from raytrain.drain import drain
+
+    outcome = drain(args.wait, temp_dir=args.temp_dir, say=lambda line: console.info("drain", line))
+    return EXIT_OK if outcome["ended"] else EXIT_FAILED
+
+
+def add_drain_command(sub) -> None:
+    drain = sub.add_parser(
+        "drain", help="a Ray pod's preStop hook: checkpoint and stop the training on this node before kubelet's SIGTERM",
+        description="Run on a Ray node about to go away (the chart's and the standalone RayJob's preStop hook): marks "
+                    "this worker node DRAINING in Ray's GCS (no new work; the workers checkpoint at their next step "
+                    "and the run goes on elsewhere), sends SIGTERM to the raytrain run/tune drivers on this node "
+                    "(they checkpoint and stop), and waits until the training here has ended. Exit 1 when it still "
+                    "runs after --wait.")
+    drain.add_argument("--wait", type=float, default=50.0, metavar="SECONDS",
+                       help="wait at most this long (keep it below the pod's terminationGracePeriodSeconds, leaving "
+                            "`ray start` time to stop; default 50, for the chart's 60)")
+    drain.add_argument("--temp-dir", default=None, metavar="DIR",
+                       help="this node's `ray start --temp-dir`, only where several Ray nodes share one machine "
+                            "(default: $RAY_TMPDIR; a pod has one node)")
+    drain.set_defaults(func=cmd_drain)
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (kube/vmnode.py)."""
     from raytrain.kube import localcluster, vmnode
@@ -260,6 +285,12 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         if args.action == "kill-node":
             pids = localcluster.kill_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node)
             print(f"killed {len(pids)} processes of {args.node}")
+            return EXIT_OK
+        if args.action == "delete-node":
+            outcome = localcluster.delete_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node,
+                                               grace=args.grace, out=sys.stdout)
+            if outcome["pre_stop_output"].strip():
+                print(outcome["pre_stop_output"].rstrip())
             return EXIT_OK
         token = Path(args.token_file).read_text().strip() if args.token_file else None
         if args.action == "status":
@@ -316,6 +347,12 @@ def add_cluster_command(sub) -> None:
     kill = actions.add_parser("kill-node", help="SIGKILL one node of an emulated cluster (failure drills)")
     kill.add_argument("run_id")
     kill.add_argument("node")
+    delete = actions.add_parser("delete-node", help="delete one node of an emulated cluster as kubelet deletes a pod: "
+                                                    "its preStop hook, SIGTERM, SIGKILL after the grace period")
+    delete.add_argument("run_id")
+    delete.add_argument("node")
+    delete.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+                        help="as kubectl delete pod --grace-period (default: the pod's terminationGracePeriodSeconds)")
     cluster.set_defaults(func=cmd_cluster)
 
 
@@ -372,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     emulate.set_defaults(func=cmd_emulate)
     add_cluster_command(sub)
+    add_drain_command(sub)
     for command in sub.choices.values():  # after the command too, as `raytrain run digits --log-format json`
         command.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)
     return parser

@@ -201,6 +201,34 @@ def test_every_ray_pod_gives_the_graceful_stop_its_time():
         assert group["template"]["spec"]["terminationGracePeriodSeconds"] == 60
 
 
+def prestop_commands(objects):
+    return {name: pod["containers"][0].get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+            for name, pod in pod_specs(objects).items()}
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_every_ray_container_drains_before_kubelets_sigterm(values_name):
+    """kubelet runs the preStop hook, then SIGTERMs `ray start --block`: the hook is where the run checkpoints."""
+    commands = prestop_commands(render(values_name))
+    assert len(commands) >= 2 and "head" in commands
+    assert set(map(tuple, commands.values())) == {("raytrain", "drain", "--wait", "50")}, commands
+
+
+def test_prestop_drain_follows_the_grace_period_and_can_be_turned_off():
+    assert {tuple(c) for c in prestop_commands(render(terminationGracePeriodSeconds=120)).values()} == \
+        {("raytrain", "drain", "--wait", "110")}
+    margin = {"terminationGracePeriodSeconds": 30, "preStopDrain": {"marginSeconds": 5}}
+    assert {tuple(c) for c in prestop_commands(render_chart(CHART, (), margin)).values()} == \
+        {("raytrain", "drain", "--wait", "25")}
+    assert set(prestop_commands(render_chart(CHART, (), {"preStopDrain": {"enabled": False}})).values()) == {None}
+    docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
+    [job] = [d for d in docs if d and d["kind"] == "RayJob"]
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert group["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == \
+            ["raytrain", "drain", "--wait", "50"]
+
+
 def test_volume_permissions_is_opt_in_and_prepares_the_shared_volume_once_with_least_privilege():
     nfs = {"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"}
     assert not any(pod.get("initContainers") for pod in pod_specs(render(**nfs)).values())
@@ -323,6 +351,9 @@ BAD_VALUES = [
                                  "rayStartParams": {"object-store-memory": "9000000000"}}}, "on head (8584Mi"),
     ({"metrics": {"podMonitor": {"enabled": True}, "prometheus": {"namespace": ""}}},
      "metrics.podMonitor.enabled with networkPolicy.enabled needs the scraper admitted to port 8080"),
+    ({"terminationGracePeriodSeconds": 10}, "preStopDrain.marginSeconds (10) must be below terminationGracePeriodSeconds (10)"),
+    ({"preStopDrain": {"marginSeconds": -1}}, "/preStopDrain/marginSeconds"),
+    ({"preStopDrain": {"wait": 5}}, "additional properties 'wait' not allowed"),
 ]
 
 

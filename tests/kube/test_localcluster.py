@@ -31,6 +31,16 @@ def test_shape_of_the_chart_with_kind_values():
     assert shape.notes == []
 
 
+def test_shape_carries_what_kubelet_does_on_deletion():
+    """Each node keeps its Ray container's preStop exec and its pod's grace period (Kubernetes' default 30 s)."""
+    job = load_rayjob(REPO / "manifests" / "rayjob-standalone.yaml")
+    spec, _, _ = cluster_spec(job, None)
+    shape = cluster_shape(spec, max_worker_nodes=4, memory_budget=64 * GiB)
+    assert {(tuple(n.pre_stop), n.grace_seconds) for n in shape.nodes} == {(("raytrain", "drain", "--wait", "50"), 60)}
+    bare = cluster_shape({"headGroupSpec": group(cpu="1")}, max_worker_nodes=0, memory_budget=64 * GiB)
+    assert (bare.head.pre_stop, bare.head.grace_seconds) == ([], 30)
+
+
 def test_shape_rules_follow_kuberay():
     spec = {"headGroupSpec": group(cpu="1500m", params={"num-cpus": "0"}),
             "workerGroupSpecs": [group(cpu="500m", memory="1Gi", replicas=2,

@@ -93,14 +93,14 @@ def kill_pids(pids: list[int], grace: float = 3.0) -> None:
                 except ChildProcessError:
                     pass
             # same PID and start time: still the process we signalled (not a reused PID)
-            pids = [pid for pid in pids if process_start(pid) == starts[pid] and not _is_zombie(pid)]
+            pids = [pid for pid in pids if process_start(pid) == starts[pid] and not is_zombie(pid)]
             if pids:
                 time.sleep(0.1)
         if not pids:
             return
 
 
-def _is_zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         return stat[stat.rindex(")") + 2] == "Z"

@@ -69,6 +69,10 @@ class NodeSpec:
     resources: dict[str, float] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)  # the other rayStartParams, passed through as --key=value
     env: dict[str, str] = field(default_factory=dict)  # literal container env (valueFrom is not resolvable offline)
+    # What kubelet does when the pod is deleted: the Ray container's preStop exec, then SIGTERM, then SIGKILL after
+    # the pod's terminationGracePeriodSeconds (Kubernetes' default 30).
+    pre_stop: list[str] = field(default_factory=list)
+    grace_seconds: int = 30
 
 
 def parse_resources_param(value: str, where: str) -> dict[str, float]:
@@ -134,6 +138,10 @@ def node_spec(group_spec: dict, name: str, group: str, head: bool, where: str) -
     spec.params = {k: v for k, v in params.items() if k not in RESOURCE_PARAMS}
     spec.env = {e["name"]: str(e["value"]) for e in container.get("env") or []
                 if isinstance(e, dict) and "value" in e and "name" in e}
+    spec.pre_stop = [str(part) for part in get(container, "lifecycle", "preStop", "exec", "command", default=[])]
+    grace = get(group_spec, "template", "spec", "terminationGracePeriodSeconds")
+    if grace is not None:
+        spec.grace_seconds = int(grace)
     return spec
 
 

@@ -148,6 +148,14 @@ spec:
         - {name: metrics, containerPort: 8080}
       resources:
         {{- include "raytrain.resources" (dict "resources" $v.resources "gpus" .gpus) | nindent 8 }}
+      {{- with $root.Values.preStopDrain }}{{ if .enabled }}
+      # kubelet runs this before its SIGTERM to `ray start --block` (which Ray Train's workers never see): the
+      # training on this pod checkpoints and moves or stops within the grace period (training/drain.py).
+      lifecycle:
+        preStop:
+          exec:
+            command: ["raytrain", "drain", "--wait", {{ sub (int $root.Values.terminationGracePeriodSeconds) (int .marginSeconds) | toString | quote }}]
+      {{- end }}{{ end }}
       {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled }}
       volumeMounts:
         {{- if $root.Values.shmSize }}

@@ -3,7 +3,7 @@ validateValues: fail early, naming the value to change and how, on what values.s
 One named check per rule below; each prints its messages, one a line (nothing when the values are fine).
 */}}
 {{- define "raytrain.validateValues" -}}
-{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" }}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" }}
 {{- $messages := list }}
 {{- range $check := $checks }}
 {{- range $line := splitList "\n" (include (printf "raytrain.validateValues.%s" $check) $) }}
@@ -132,6 +132,13 @@ metrics.podMonitor.enabled with networkPolicy.enabled needs the scraper admitted
 {{- end }}
 
 {{/* Kubernetes quantity -> bytes (a float), for comparisons; the schema has checked the syntax. */}}
+{{/* The preStop hook waits terminationGracePeriodSeconds - marginSeconds: it needs a second at least. */}}
+{{- define "raytrain.validateValues.preStopDrainMargin" -}}
+{{- if and .Values.preStopDrain.enabled (le (int .Values.terminationGracePeriodSeconds) (int .Values.preStopDrain.marginSeconds)) }}
+preStopDrain.marginSeconds ({{ .Values.preStopDrain.marginSeconds }}) must be below terminationGracePeriodSeconds ({{ .Values.terminationGracePeriodSeconds }}): the hook waits the difference. Raise terminationGracePeriodSeconds or lower the margin (or set preStopDrain.enabled=false)
+{{- end }}
+{{- end }}
+
 {{- define "raytrain.bytes" -}}
 {{- $q := toString . }}
 {{- $number := regexFind "^[0-9]+([.][0-9]+)?" $q }}
