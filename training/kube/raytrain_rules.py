@@ -169,7 +169,12 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
     entrypoint, any other on the run config."""
     from raytrain.config import ConfigError, load_config
 
-    overrides = config_overrides(run.overrides, run.name, run.storage)
+    try:
+        overrides = config_overrides(run.overrides, run.name, run.storage)
+    except ConfigError as exc:  # --storage "": refused by `raytrain run` before any config is read
+        message, fix = split_fix(str(exc))
+        doc, field = (job, "spec.entrypoint") if job is not None else (source.doc, source.field)
+        return None, [doc.problem(field, f"`raytrain run` would be refused: {message}", fix)]
     with tempfile.TemporaryDirectory(prefix="raytrain-validate-") as tmp:
         ref = source.ref
         if source.text is not None:
