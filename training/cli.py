@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 from raytrain import __version__, console
 from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError
-from raytrain.run_options import add_address_option, add_config_options, config_overrides
+from raytrain.run_options import add_address_option, add_config_options, add_lease_option, config_overrides
 
 EXIT_OK = 0
 # What `pip install 'raytrain[kube]'` adds (pyproject.toml): a missing one means the extra is not installed.
@@ -355,9 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = config_command("run", cmd_run, "train with Ray Train (embedded local Ray, or join a cluster)")
     add_address_option(run)
-    run.add_argument("--wait-for-lease", action="store_true",
-                     help="if another attempt of this run holds it, wait for it to end (or to be taken over "
-                          "after it stops renewing) instead of exiting")
+    add_lease_option(run)
     config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
     add_tune_and_data_commands(sub, config_command)
 
