@@ -15,7 +15,7 @@ from raytrain import lease as leases
 from raytrain.config import load_config
 from raytrain.local import train_local
 from raytrain.loop import EpochStats, build_optimizer
-from raytrain.session import LocalSession
+from raytrain.session import LocalSession, StopTraining
 
 
 def config(tmp_path, *sets: str):
@@ -102,3 +102,25 @@ def test_an_attempt_that_lost_its_lease_commits_no_row_and_no_checkpoint(tmp_pat
         runs.fence_writes(session.run_dir, None)
     assert not (session.run_dir / runs.METRICS_FILE).exists()
     assert not list(session.run_dir.glob("checkpoint_*"))
+
+
+def test_a_stop_request_checkpoints_at_the_next_step_and_ends_the_loop(tmp_path):
+    cfg = config(tmp_path, "train.epochs=1")
+    session = session_for(cfg)
+    session._lease_token = 3  # as a Ray Train worker of attempt 3 gets it
+    session.run_dir.mkdir(parents=True)
+    (session.run_dir / leases.LEASE_FILE).write_text(json.dumps(
+        {"token": 3, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30,
+         "stop": "SIGTERM"}))
+    model = session.prepare_model(session.build_model())
+    optimizer = build_optimizer(cfg, model)
+    session.restore(model, optimizer)
+    trained = 0
+    with pytest.raises(StopTraining, match="SIGTERM"):
+        for x, y in session.batches("train", 1):
+            trained += 1
+            time.sleep(0.15)  # slow steps: a decision at each, the stop read within its poll interval
+    [checkpoint] = session.run_dir.glob("checkpoint_*")
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    assert (meta["epoch"], meta["step"]) == (0, trained) and 0 < trained < 8
+    assert not runs.read_metrics(session.run_dir)  # the epoch is not done: no row
