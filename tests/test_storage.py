@@ -54,7 +54,7 @@ def test_bad_storage_paths_are_named(tmp_path, make, expected):
 
 
 @pytest.mark.parametrize("storage, expected", [
-    ("", ['--storage "" names no directory']),
+    ("", ["--storage '': is empty"]),
     ("{afile}", ["is a file, not a directory"]),
     ("{shared}", ["is not writable by uid 65534 (gid 65534)", "owner uid 0", "anonuid=1000"]),
     ("{shared}/deeper/runs", ["does not exist, and", "does not let it be created", "uid 65534"]),
