@@ -4,7 +4,6 @@ changes refused naming the keys, optimizer settings applied to the restored opti
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -89,10 +88,12 @@ def test_optimizer_settings_are_planned_and_applied_to_the_restored_optimizer(tm
     assert plan.applied == {"train.lr": (0.01, 0.5)}
 
     model = torch.nn.Linear(2, 1)
-    sgd = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=0.0)
-    applied = resume.apply_optimizer_settings(sgd, SimpleNamespace(lr=0.5, weight_decay=0.01, momentum=0.9))
-    assert applied == {"train.lr": (0.01, 0.5), "train.weight_decay": (0.0, 0.01)}
-    assert sgd.param_groups[0]["lr"] == 0.5 and sgd.param_groups[0]["weight_decay"] == 0.01
+    sgd = torch.optim.SGD(model.parameters(), lr=0.003, momentum=0.9, weight_decay=0.0)  # a scheduler moved lr
+    resume.apply_optimizer_settings(sgd, {"train.weight_decay": (0.0, 0.01)})
+    assert sgd.param_groups[0]["lr"] == 0.003  # unchanged by the user: left to the scheduler
+    assert sgd.param_groups[0]["weight_decay"] == 0.01
+    resume.apply_optimizer_settings(sgd, plan.applied)
+    assert sgd.param_groups[0]["lr"] == 0.5
 
 
 def test_no_checkpoint_trains_from_scratch(tmp_path):

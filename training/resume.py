@@ -4,7 +4,7 @@ A resumed run either applies what the user changed or refuses the change:
 - the model section cannot change (the checkpoint's weights have its shape): refused, naming the keys;
 - train.optimizer cannot change (the restored optimizer state belongs to one algorithm): refused;
 - optimizer settings (train.lr, train.weight_decay, train.momentum) are applied to the restored optimizer by
-  apply_optimizer_settings, which the worker loop calls after restoring;
+  apply_optimizer_settings, which session.restore() calls after restoring (only the keys the user changed);
 - everything else (epochs, batch size, workers, checkpoint interval, ...) takes effect as it is.
 Checkpoint directories that were never completely written (torn) are removed; checkpoints that exist but none
 of which loads are never silently ignored: the start is refused, naming them.
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 # Keys of the resolved config that a resume cannot change, besides the whole model section.
 FIXED_ON_RESUME = ("train.optimizer",)
+# Keys a resume applies to the restored optimizer.
+OPTIMIZER_SETTINGS = ("train.lr", "train.weight_decay", "train.momentum")
 RAY_SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train V2's record of the checkpoints it registered
 
 
@@ -110,8 +112,7 @@ def plan(run_dir: Path, config: dict, warn: Callable[[str], None], remove_torn: 
             warn(f"newer checkpoint(s) cannot be loaded and are skipped: {'; '.join(unreadable)}")
         result.checkpoint, result.epoch = path, int(meta["epoch"])
         _refuse_fixed_changes(run_dir, path, result.epoch, stored, config)
-        result.applied = {k: v for k, v in changed_keys(stored, config, "train").items()
-                          if k in ("train.lr", "train.weight_decay", "train.momentum")}
+        result.applied = optimizer_changes(stored, config)
         return result
     if unreadable:
         raise ResumeRefused(
@@ -136,15 +137,19 @@ def _refuse_fixed_changes(run_dir: Path, path: Path, epoch: int, stored: dict, c
         + (f", or resume this one with its own settings (--set {undo.replace(' ', ' --set ')})." if undo else "."))
 
 
-def apply_optimizer_settings(optimizer: "torch.optim.Optimizer", train: Any) -> dict[str, tuple[Any, Any]]:
-    """Set the run config's lr, weight_decay and momentum into a restored optimizer (load_state_dict brings back
-    the checkpoint's); returns what changed, key -> (restored, now). `train` is the config's train section."""
-    changed: dict[str, tuple[Any, Any]] = {}
-    for group in optimizer.param_groups:
-        for key in ("lr", "weight_decay", "momentum"):
-            if key in group and hasattr(train, key) and group[key] != getattr(train, key):
-                changed[f"train.{key}"] = (group[key], getattr(train, key))
-                group[key] = getattr(train, key)
-                if key == "lr" and "initial_lr" in group:  # a scheduler's base value
-                    group["initial_lr"] = getattr(train, key)
-    return changed
+def optimizer_changes(stored: dict, config: dict) -> dict[str, tuple[Any, Any]]:
+    """The optimizer settings (train.lr, weight_decay, momentum) that this config changes from the checkpoint's:
+    key -> (checkpoint's value, now)."""
+    return {k: v for k, v in changed_keys(stored, config, "train").items() if k in OPTIMIZER_SETTINGS}
+
+
+def apply_optimizer_settings(optimizer: "torch.optim.Optimizer", changes: dict[str, tuple[Any, Any]]) -> None:
+    """Set what the user changed (optimizer_changes) into a restored optimizer, whose load_state_dict brought back
+    the checkpoint's values. Only changed keys: a value an LR scheduler moved since is the scheduler's business."""
+    for key, (_, new) in changes.items():
+        name = key.split(".", 1)[1]
+        for group in optimizer.param_groups:
+            if name in group:
+                group[name] = new
+                if name == "lr" and "initial_lr" in group:  # a scheduler's base value
+                    group["initial_lr"] = new

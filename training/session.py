@@ -52,7 +52,7 @@ from raytrain import checkpoints, components, runs
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DataContext, DataSource, data_context
 from raytrain.errors import ConfigError
-from raytrain.resume import apply_optimizer_settings
+from raytrain.resume import apply_optimizer_settings, optimizer_changes
 from raytrain.telemetry import RunTelemetry
 
 if TYPE_CHECKING:
@@ -210,11 +210,13 @@ class Session(ABC):
             unwrap(model).load_state_dict(state["model"])
             if optimizer is not None and state.get("optimizer") is not None:
                 optimizer.load_state_dict(state["optimizer"])
-                # The restored optimizer carries the checkpoint's settings; this run's config says what trains now.
-                applied = apply_optimizer_settings(optimizer, self.config.train)
             for name, obj in stateful.items():
                 if name in state.get("extra", {}):
                     obj.load_state_dict(state["extra"][name])
+            if optimizer is not None and state.get("optimizer") is not None:
+                # The restored optimizer carries the checkpoint's settings: what this run's config changed trains now.
+                applied = optimizer_changes(state.get("config") or {}, self.config.to_dict())
+                apply_optimizer_settings(optimizer, applied)
             self.resumed_from_epoch = int(state["epoch"])
             self._resume_step = int(state.get("step") or 0)
         start = (self.resumed_from_epoch or 0) + 1
