@@ -47,3 +47,12 @@ def test_a_stop_request_is_seen_within_the_poll_interval_and_a_takeover_ends_wit
     while not (decision := b.decide()).stop:
         time.sleep(0.01)
     assert decision.lost and not decision.checkpoint and "attempt 4 took the run over" in b.reason
+
+
+def test_a_local_stop_reason_on_any_worker_checkpoints_and_stops_at_the_next_decision(tmp_path):
+    reasons = iter([None, None, "node draining"])
+    b = StepBoundary(tmp_path, None, every_steps=0, every_s=0.0, is_rank_zero=False, device=torch.device("cpu"),
+                     local_stop=lambda: next(reasons))
+    decisions = [b.decide() for _ in range(3)]
+    assert [(d.checkpoint, d.stop) for d in decisions] == [(False, False), (False, False), (True, True)]
+    assert b.reason == "node draining" and not decisions[-1].lost

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from raytrain.lease import stop_requested
 
@@ -40,8 +40,12 @@ class Decision:
 
 class StepBoundary:
     def __init__(self, run_dir: Path, token: Optional[int], *, every_steps: int, every_s: float,
-                 is_rank_zero: bool, device: "torch.device"):
+                 is_rank_zero: bool, device: "torch.device",
+                 local_stop: Optional[Callable[[], Optional[str]]] = None):
+        """local_stop: probed by every worker at each decision; a reason (e.g. its node is being drained) makes
+        all of them checkpoint and stop at that step."""
         self.run_dir, self.token = run_dir, token
+        self.local_stop = local_stop
         self.every_steps, self.every_s = every_steps, every_s
         self.is_rank_zero, self.device = is_rank_zero, device
         self.steps_since = 0
@@ -89,6 +93,9 @@ class StepBoundary:
             if self.every_steps and not at_epoch_end:  # the next decision falls on the step a step-count checkpoint is due
                 remaining = self.every_steps - (0 if flags[0] else self.steps_since)
                 flags[3] = float(max(1, min(flags[3], remaining)))
+        if self.local_stop is not None and (local := self.local_stop()):
+            self.reason = self.reason or local
+            flags[0], flags[1] = max(flags[0], 1.0 - flags[2]), 1.0
         import torch
         import torch.distributed as dist
 

@@ -269,7 +269,10 @@ class Session(ABC):
 
         return StepBoundary(self.run_dir, self._lease_token, every_steps=self.config.run.checkpoint_every_steps,
                             every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
-                            device=self.device)
+                            device=self.device, local_stop=self._local_stop)
+
+    # A worker's own reason to stop the attempt at the next step (e.g. its node is being drained), or None.
+    _local_stop: Optional[Callable[[], Optional[str]]] = None
 
     _lease_token: Optional[int] = None  # the attempt this worker trains for (None: no lease, no stop requests)
 
