@@ -7,6 +7,8 @@ Environment it reads:
   RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate) when --crds is not given;
                           without either, the user cache ${XDG_CACHE_HOME:-~/.cache}/raytrain/kuberay-crds-v1.7.0,
                           downloaded there once (kube/crds.py)
+  RAYTRAIN_LEASE_TTL_S    run: seconds after its last renewal that a run's lease is taken over (default 30)
+  RAYTRAIN_STOP_GRACE_S   run: seconds a stopping driver waits for its workers' last checkpoint (default 20)
 
 Each command imports what it uses, when it runs: validate, render, emulate, presets and --help never import torch.
 """
@@ -21,7 +23,7 @@ from typing import Callable, Optional
 
 from raytrain import __version__, console
 from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError
-from raytrain.run_options import add_address_option, add_config_options, config_overrides
+from raytrain.run_options import add_address_option, add_config_options, add_lease_option, config_overrides
 
 EXIT_OK = 0
 # What `pip install 'raytrain[kube]'` adds (pyproject.toml): a missing one means the extra is not installed.
@@ -76,10 +78,28 @@ def _in_submitted_job() -> bool:
     return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from raytrain.launcher import train
+def _seconds_env(name: str, default: float) -> float:
+    from raytrain.errors import ConfigError
 
-    return _report(train(_load(args), address=_address(args), in_submitted_job=_in_submitted_job()))
+    raw = os.environ.get(name, "")
+    try:
+        seconds = float(raw) if raw else default
+    except ValueError:
+        seconds = -1.0
+    if not 1.0 <= seconds <= 3600.0:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds from 1 to 3600. Fix: unset it "
+                          f"(default {default:.0f}) or set e.g. {name}={default:.0f}.")
+    return seconds
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from raytrain.attempt import STOP_GRACE_S, run_attempt
+    from raytrain.lease import DEFAULT_TTL_S
+
+    return run_attempt(_load(args), _address(args), _report, wait_for_lease=args.wait_for_lease,
+                       lease_ttl_s=_seconds_env("RAYTRAIN_LEASE_TTL_S", DEFAULT_TTL_S),
+                       stop_grace_s=_seconds_env("RAYTRAIN_STOP_GRACE_S", STOP_GRACE_S),
+                       in_submitted_job=_in_submitted_job())
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -372,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = config_command("run", cmd_run, "train with Ray Train (embedded local Ray, or join a cluster)")
     add_address_option(run)
+    add_lease_option(run)
     config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
     add_tune_and_data_commands(sub, config_command)
 

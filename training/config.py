@@ -71,6 +71,9 @@ class RunSection:
     name: Optional[str] = None  # run directory under storage_path; default: the config's name
     storage_path: str = "./runs"  # on a cluster: the shared volume, e.g. /mnt/shared/runs
     checkpoint_every: Positive = 1  # epochs between checkpoints (the last epoch always checkpoints)
+    # Mid-epoch checkpoints as well (0 = off), taken where the loop asks session.batches("train") for its next batch:
+    checkpoint_every_steps: NonNegative = 0  # every N optimizer steps
+    checkpoint_every_s: FiniteNonNegative = 0.0  # every N seconds of training
     keep_checkpoints: Positive = 2  # newest N kept; >= 2 lets a corrupt newest fall back to the one before
     max_failures: Annotated[int, Field(ge=-1)] = 3  # worker-group restarts before the run fails; -1 = unlimited
 

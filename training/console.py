@@ -45,6 +45,11 @@ def keep_copy(run_dir: Path) -> Path:
     return path
 
 
+def copy_path() -> Optional[Path]:
+    """Where keep_copy() is writing now, if anywhere."""
+    return Path(_settings["copy"].name) if _settings["copy"] is not None else None
+
+
 def stop_copy() -> None:
     if _settings["copy"] is not None:
         _settings["copy"].close()

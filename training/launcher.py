@@ -107,8 +107,10 @@ class Progress(threading.Thread):
             if event["event"] == "warning":
                 console.warning(event["message"], out=self.out, rank=0)
             elif event["event"] == "restored":
-                console.info("restored", f"resuming after epoch {event['epoch']} from {event['checkpoint']}",
-                             out=self.out, rank=0, epoch=event["epoch"], checkpoint=event["checkpoint"])
+                at = f" (at step {event['step']} of epoch {event['epoch'] + 1})" if event.get("step") else ""
+                console.info("restored", f"resuming after epoch {event['epoch']}{at} from {event['checkpoint']}",
+                             out=self.out, rank=0, epoch=event["epoch"], step=event.get("step", 0),
+                             checkpoint=event["checkpoint"])
         self.events_seen = len(events)
         for row in runs.read_metrics(self.run_dir):
             if self.key(row) not in self.printed:
@@ -139,7 +141,7 @@ def summarize(run_dir: Path, status: str, started: float, error: Optional[str] =
     rows = runs.read_metrics(run_dir)
     starts = [e for e in runs.read_events(run_dir) if e["event"] == "start" and e["time"] >= started]
     resumes = [e["resumed_from_epoch"] for e in starts if e.get("resumed_from_epoch") is not None]
-    newest = checkpoints.candidates(run_dir)
+    newest = checkpoints.newest_verified(run_dir)  # never a checkpoint that would not load
     result = {
         "status": status,
         "epochs_completed": rows[-1]["epoch"] if rows else 0,
@@ -149,7 +151,7 @@ def summarize(run_dir: Path, status: str, started: float, error: Optional[str] =
         "worker_group_starts": len(starts),
         "metrics": rows[-1] if rows else {},
         "run_dir": str(run_dir),
-        "checkpoint": str(newest[0]) if newest else None,
+        "checkpoint": str(newest) if newest else None,
         "duration_s": round(time.time() - started, 3),
     }
     if error:
@@ -157,9 +159,11 @@ def summarize(run_dir: Path, status: str, started: float, error: Optional[str] =
     return result
 
 
-def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = ()):
+def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
+                  lease_token: Optional[int] = None):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
-    `raytrain tune` adds its TuneReportCallback through `callbacks`."""
+    `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.lease) whose
+    workers commit to run_dir."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -169,7 +173,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     return TorchTrainer(
         worker_entry,
         train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],
-                           "working_dir": str(code_dir) if code_dir else None},
+                           "working_dir": str(code_dir) if code_dir else None, "lease_token": lease_token},
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.scaling.num_workers,
             use_gpu=cfg.scaling.use_gpu,
@@ -187,9 +191,10 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
 
 
 def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout,
-          in_submitted_job: bool = False) -> Outcome:
+          in_submitted_job: bool = False, lease_token: Optional[int] = None) -> Outcome:
     """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}.
-    in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's code."""
+    in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's code.
+    lease_token: the attempt holding the run (raytrain.attempt takes the lease and checks the resume first)."""
     started = time.time()
     preflight.check_model_builds(cfg)
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
@@ -208,7 +213,7 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
     except LaunchError as err:
         runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
         raise
-    trainer = build_trainer(cfg, run_dir, per_worker)
+    trainer = build_trainer(cfg, run_dir, per_worker, lease_token=lease_token)
     shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
     console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
                  f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", out=out,

@@ -24,6 +24,8 @@ def train_local(cfg: RunConfig, out: TextIO = sys.stdout) -> Outcome:
     started = time.time()
     preflight.check_model_builds(cfg)
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    # No lease here (one plain process): torn checkpoint directories are skipped, not removed.
+    preflight.check_resume(cfg, run_dir, remove_torn=False)
     runs.write_config(run_dir, dump_yaml(cfg))
     preflight.prepare_data(cfg)
     session = LocalSession(cfg, run_dir, os.cpu_count() or 1,

@@ -26,17 +26,20 @@ def train_loop(session: Session) -> None:
     cfg = session.config
     model = session.prepare_model(session.build_model())
     optimizer = build_optimizer(cfg, model)
-    start_epoch = session.restore(model, optimizer)
+    # This worker's running sums of the epoch: a mid-epoch checkpoint saves them (rank 0's), so that the epoch's one
+    # row counts the steps trained before a resume too.
+    running = EpochStats()
+    start_epoch = session.restore(model, optimizer, epoch_stats=running)
     loss_fn = session.loss_fn
     amp_dtype = autocast_dtype(cfg, session.device)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         began = time.perf_counter()
-        train = train_epoch(model, session.batches("train", epoch), optimizer, loss_fn,
-                            max_steps=cfg.train.max_steps_per_epoch, grad_clip=cfg.train.grad_clip,
-                            amp_dtype=amp_dtype, scaler=scaler)
+        train_epoch(model, session.batches("train", epoch), optimizer, loss_fn, grad_clip=cfg.train.grad_clip,
+                    amp_dtype=amp_dtype, scaler=scaler, stats=running)
         seconds = time.perf_counter() - began
-        train = EpochStats(*session.all_reduce(train.as_list()))
+        train = EpochStats(*session.all_reduce(running.as_list()))
+        running.reset()  # before report: an epoch-end checkpoint starts the next epoch from zero
         val_batches = session.batches("val")
         val = None
         if val_batches is not None:
@@ -78,6 +81,16 @@ class EpochStats:
     def as_list(self) -> list[float]:
         return [self.loss_sum, self.correct, self.samples]
 
+    def reset(self) -> None:
+        self.loss_sum = self.correct = self.samples = 0.0
+
+    # A stateful object for session.restore()/report(): saved in checkpoints, mid-epoch ones included.
+    def state_dict(self) -> dict:
+        return {"loss_sum": self.loss_sum, "correct": self.correct, "samples": self.samples}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss_sum, self.correct, self.samples = state["loss_sum"], state["correct"], state["samples"]
+
 
 def train_epoch(
     model: "nn.Module",
@@ -89,11 +102,13 @@ def train_epoch(
     grad_clip: float = 0.0,
     amp_dtype: Optional["torch.dtype"] = None,
     scaler: Optional["torch.amp.GradScaler"] = None,
+    stats: Optional[EpochStats] = None,
 ) -> EpochStats:
+    """One pass over `batches`, summed into `stats` (a new EpochStats if None), which it returns."""
     from torch import nn
 
     model.train()
-    stats = EpochStats()
+    stats = stats if stats is not None else EpochStats()
     for step, (x, y) in enumerate(batches, start=1):
         optimizer.zero_grad(set_to_none=True)
         with _autocast(x.device, amp_dtype):
@@ -161,7 +176,7 @@ def format_row(row: dict, epochs: int) -> str:
         if isinstance(row.get(key), (int, float)):
             parts.append(f"{key} {row[key]:.4f}")
     shown = {"epoch", "train_loss", "val_loss", "val_accuracy", "samples_per_s", "peak_rss_mb", "samples", "epoch_s",
-             "resumed_from_epoch"}
+             "resumed_from_epoch", "attempt"}
     for key, value in row.items():  # a custom loop's own metrics
         if key not in shown and isinstance(value, (int, float)) and not isinstance(value, bool):
             parts.append(f"{key} {value:.4g}")

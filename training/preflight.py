@@ -1,5 +1,6 @@
 """What every start of a run does in the driver before Ray starts (shared by `raytrain run`, `local` and `tune`):
-check that the model component builds, prepare the data once, and decide how the user's code reaches the workers.
+check that the model component builds, check a resume against the run's checkpoints, prepare the data once, and
+decide how the user's code reaches the workers.
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from raytrain import components, workdir
+from raytrain import components, console, resume, runs, workdir
 from raytrain.config import RunConfig
 from raytrain.data import DataUnavailable, data_context
 from raytrain.errors import ConfigError, LaunchError
@@ -37,6 +38,20 @@ def check_model_builds(cfg: RunConfig) -> None:
             return
         raise ConfigError(f"{cfg.source}: model: {cfg.model.path}({_kwargs(cfg.model.kwargs)}) cannot be built: "
                           f"{err.__class__.__name__}: {message}. Fix: correct the model section's values.") from None
+
+
+def check_resume(cfg: RunConfig, run_dir: Path, remove_torn: bool = True) -> resume.ResumePlan:
+    """What this start resumes from, decided before Ray starts: a change a resume cannot take (the model's shape,
+    the optimizer) is refused with one paragraph (ResumeRefused); optimizer settings it can take are announced
+    (the session sets them into the restored optimizer); checkpoints that exist but none of which loads refuse
+    the start. remove_torn: delete torn checkpoint directories (only while holding the run's lease)."""
+    plan = resume.plan(run_dir, cfg.to_dict(), console.warning, remove_torn=remove_torn)
+    # Rows past the checkpoint this start resumes from will be trained again (all of them when it starts over).
+    runs.truncate_metrics(run_dir, plan.epoch)
+    for key, (old, new) in plan.applied.items():
+        console.info("resume_applies", f"resume applies {key}={new} (the checkpoint trained with {old})",
+                     key=key, checkpoint_value=old, value=new)
+    return plan
 
 
 def _kwargs(kwargs: dict) -> str:

@@ -16,9 +16,24 @@ leaves the run contract to the session:
 `report` is called by every worker once per epoch: rank 0 appends the metrics row (each epoch once, also across
 resumes) and, when the epoch is due (`run.checkpoint_every`, and the last epoch), every worker joins the checkpoint:
 rank 0 writes state.pt + meta.json (sha256) atomically. `restore` loads the newest checkpoint that loads (a damaged
-one is skipped with a warning) and drops metrics rows past it. Extra objects with state_dict()/load_state_dict()
-(an LR scheduler, a GradScaler) are saved and restored by keyword: `report(..., scheduler=s)`, `restore(...,
-scheduler=s)`. Rank-0 work is named: `session.is_rank_zero`.
+one is skipped with a warning), sets this run's train.lr/weight_decay/momentum into the restored optimizer (the
+driver refused, before Ray started, a resume that changes the model: raytrain.resume) and drops metrics rows past
+it. Extra objects with state_dict()/load_state_dict() (an LR scheduler, a GradScaler, the epoch's running sums) are
+saved and restored by keyword: `restore(..., scheduler=s)`, `report(..., scheduler=s)`. Rank-0 work is named:
+`session.is_rank_zero`.
+
+Step boundaries: the iterator of `batches("train", epoch)` sees one each time the loop asks for the next batch (the
+step before it is done). There the session takes mid-epoch checkpoints (`run.checkpoint_every_steps`,
+`run.checkpoint_every_s`) of the objects given to restore(), and ends the attempt gracefully when its driver got
+SIGTERM or Ctrl-C (checkpoint, then StopTraining, which the worker's entry catches): raytrain.preemption decides,
+the same step on every worker. A resume from a mid-epoch checkpoint starts at the exact next batch: that epoch's
+iterator skips the batches already trained (the sampler's order comes from the seed and the epoch; with Ray Data
+ingest the same number of batches is skipped, not necessarily the same samples). The iterator also stops the epoch
+at `train.max_steps_per_epoch`. A loop that does not iterate `session.batches("train", epoch)` gets epoch
+checkpoints only, and a stop request ends it at its next report.
+
+Every commit (metrics row, event, checkpoint) first checks the run's fence (raytrain.runs.fence_writes): a worker of
+an attempt whose lease was taken over commits nothing.
 
 torch is imported when a session is made, not when this module is imported.
 """
@@ -37,6 +52,7 @@ from raytrain import checkpoints, components, runs
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DataContext, DataSource, data_context
 from raytrain.errors import ConfigError
+from raytrain.resume import apply_optimizer_settings, optimizer_changes
 from raytrain.telemetry import RunTelemetry
 
 if TYPE_CHECKING:
@@ -56,6 +72,10 @@ class Session(ABC):
         # This worker's own training samples (from batches("train")) and time since the last report: telemetry.
         self._epoch_samples = 0
         self._epoch_began = time.perf_counter()
+        # What restore() was given (saved by mid-epoch checkpoints) and where the newest checkpoint left an epoch.
+        self._tracked: Optional[tuple[Any, Any, dict]] = None
+        self._resume_step = 0
+        self._boundary: Any = None  # raytrain.preemption.StepBoundary, made by restore()
 
     # ------------------------------------------------------------------------------------------ who and where
 
@@ -106,7 +126,7 @@ class Session(ABC):
             if self._is_ray_dataset(dataset):
                 iterator = dataset.iter_torch_batches(batch_size=self.config.per_worker_batch_size,
                                                       local_shuffle_buffer_size=None)
-                return self._counted(source, (_xy(batch, self.device) for batch in iterator))
+                return self._on_device(source, epoch, iterator)
             key: Any = source
             shuffle = source == "train"
         else:
@@ -119,17 +139,45 @@ class Session(ABC):
             sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every worker
         elif getattr(loader, "generator", None) is not None:
             loader.generator.manual_seed(self.config.train.seed + epoch)
-        return self._counted(source, (_xy(batch, self.device) for batch in loader))
+        return self._on_device(source, epoch, iter(loader))
 
-    def _counted(self, source: Any, batches: Iterator) -> Iterator:
+    def _on_device(self, source: Any, epoch: int, batches: Iterator) -> Iterator:
         if source != "train":
-            return batches
-        return self._count_samples(batches)
+            return (_xy(batch, self.device) for batch in batches)
+        return self._train_steps(batches, epoch)
 
-    def _count_samples(self, batches: Iterator) -> Iterator:
-        for x, y in batches:
+    def _train_steps(self, batches: Iterator, epoch: int) -> Iterator:
+        """An epoch's training batches: the ones a mid-epoch checkpoint already trained skipped (loaded, not moved
+        or trained), at most train.max_steps_per_epoch, and a step boundary each time the loop asks for the batch
+        after one it trained (the last one included: every worker has the same number of batches)."""
+        skip = self._resume_step if epoch == (self.resumed_from_epoch or 0) + 1 else 0
+        limit = self.config.train.max_steps_per_epoch
+        step = 0
+        for batch in batches:
+            step += 1
+            if step <= skip:
+                continue
+            x, y = _xy(batch, self.device)
             self._epoch_samples += len(y)
             yield x, y
+            self._step_done(epoch, step)
+            if limit and step >= limit:
+                return
+
+    def _step_done(self, epoch: int, step: int) -> None:
+        """The loop finished `step` of `epoch` and asks for the next batch: checkpoint and/or stop if decided."""
+        if self._boundary is None or self._tracked is None:
+            return
+        decision = self._boundary.decide()
+        if decision.lost:
+            raise StopTraining(self._boundary.reason or "the run's lease was lost")
+        if decision.checkpoint:
+            model, optimizer, stateful = self._tracked
+            self._checkpoint(epoch - 1, {"epoch": epoch - 1, "step": step}, model, optimizer, stateful, step=step)
+            self._boundary.checkpointed()
+            self._checkpointed()
+        if decision.stop:
+            raise StopTraining(self._boundary.reason or "stop requested")
 
     @abstractmethod
     def data_loader(self, dataset: Any, *, shuffle: bool = False, batch_size: Optional[int] = None) -> Any:
@@ -156,6 +204,7 @@ class Session(ABC):
         warn = (lambda msg: runs.append_event(self.run_dir, "warning", message=msg)) if self.is_rank_zero \
             else (lambda msg: None)
         found = checkpoints.load_newest(checkpoints.candidates(self.run_dir, self._latest_checkpoints()), warn)
+        applied: dict = {}
         if found is not None:
             path, state = found
             unwrap(model).load_state_dict(state["model"])
@@ -164,14 +213,22 @@ class Session(ABC):
             for name, obj in stateful.items():
                 if name in state.get("extra", {}):
                     obj.load_state_dict(state["extra"][name])
+            if optimizer is not None and state.get("optimizer") is not None:
+                # The restored optimizer carries the checkpoint's settings: what this run's config changed trains now.
+                applied = optimizer_changes(state.get("config") or {}, self.config.to_dict())
+                apply_optimizer_settings(optimizer, applied)
             self.resumed_from_epoch = int(state["epoch"])
+            self._resume_step = int(state.get("step") or 0)
         start = (self.resumed_from_epoch or 0) + 1
         if self.is_rank_zero:
             if found is not None:
-                runs.append_event(self.run_dir, "restored", checkpoint=found[0].name, epoch=self.resumed_from_epoch)
+                runs.append_event(self.run_dir, "restored", checkpoint=found[0].name, epoch=self.resumed_from_epoch,
+                                  step=self._resume_step, applied={k: new for k, (_, new) in applied.items()})
                 runs.truncate_metrics(self.run_dir, self.resumed_from_epoch)
             runs.append_event(self.run_dir, "start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
-                              world_size=self.world_size)
+                              resumed_at_step=self._resume_step, world_size=self.world_size)
+        self._tracked = (model, optimizer, stateful)
+        self._boundary = self._step_boundary()
         self._started(start)
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
         return start
@@ -187,8 +244,17 @@ class Session(ABC):
         self._epoch_done(row, self._epoch_samples, time.perf_counter() - self._epoch_began)
         if self.checkpoint_due(epoch):
             self._checkpoint(epoch, row, model, optimizer, stateful)
+            if self._boundary is not None:
+                self._boundary.checkpointed()
             self._checkpointed()
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
+        if self._boundary is not None and epoch < self.config.train.epochs:
+            # Also at every epoch's end: a loop that does not iterate session.batches("train") ends here.
+            decision = self._boundary.decide(at_epoch_end=True)
+            if decision.stop and not decision.lost and not self.checkpoint_due(epoch):
+                self._checkpoint(epoch, row, model, optimizer, stateful)
+            if decision.stop or decision.lost:
+                raise StopTraining(self._boundary.reason or "stop requested")
 
     # Telemetry hooks (a Ray Train worker exports live metrics; a local run has nowhere to send them).
     def _started(self, start_epoch: int) -> None: ...
@@ -197,17 +263,39 @@ class Session(ABC):
 
     def _checkpointed(self) -> None: ...
 
-    def _state(self, epoch: int, model: "nn.Module", optimizer: Any, stateful: dict) -> dict:
+    def _step_boundary(self) -> Any:
+        """Where mid-epoch checkpoints and stop requests are decided (None: neither)."""
+        from raytrain.preemption import StepBoundary
+
+        return StepBoundary(self.run_dir, self._lease_token, every_steps=self.config.run.checkpoint_every_steps,
+                            every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
+                            device=self.device, local_stop=self._local_stop)
+
+    # A worker's own reason to stop the attempt at the next step (e.g. its node is being drained), or None.
+    _local_stop: Optional[Callable[[], Optional[str]]] = None
+
+    _lease_token: Optional[int] = None  # the attempt this worker trains for (None: no lease, no stop requests)
+
+    def _state(self, epoch: int, model: "nn.Module", optimizer: Any, stateful: dict, step: int = 0) -> dict:
         return {"model_state": unwrap(model).state_dict(),
                 "optimizer_state": optimizer.state_dict() if optimizer is not None else None,
                 "epoch": epoch, "config": self.config.to_dict(),
-                "extra": {name: obj.state_dict() for name, obj in stateful.items()}}
+                "extra": {name: obj.state_dict() for name, obj in stateful.items()},
+                "step": step, "attempt": runs.check_fence(self.run_dir)}
 
     @abstractmethod
-    def _checkpoint(self, epoch: int, row: dict, model: "nn.Module", optimizer: Any, stateful: dict) -> None: ...
+    def _checkpoint(self, epoch: int, row: dict, model: "nn.Module", optimizer: Any, stateful: dict,
+                    step: int = 0) -> None:
+        """Every worker at the same step; epoch: the last completed one, step > 0: batches into the next."""
 
     def _latest_checkpoints(self) -> list[Path]:
         return []
+
+
+class StopTraining(BaseException):
+    """Raised out of session.batches()/report() when the attempt must end (its driver was stopped, its lease taken
+    over) after the session checkpointed what it could. A BaseException, like KeyboardInterrupt, so that a loop's
+    `except Exception` does not swallow it; the worker's entry catches it and returns."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -306,12 +394,17 @@ def torch_threads(cfg: RunConfig, cpus_per_worker: float) -> int:
 
 
 class RayTrainSession(Session):
-    def __init__(self, config: RunConfig, run_dir: Path, cpus_per_worker: float):
+    def __init__(self, config: RunConfig, run_dir: Path, cpus_per_worker: float, lease_token: Optional[int] = None):
         import ray.train
         import ray.train.torch
         import torch
 
         super().__init__(config, run_dir)
+        if lease_token:  # this worker's commits stop once its attempt's lease is taken over
+            from raytrain.lease import Fence
+
+            runs.fence_writes(self.run_dir, Fence(self.run_dir, lease_token))
+            self._lease_token = int(lease_token)
         context = ray.train.get_context()
         self.rank = context.get_world_rank()
         self.world_size = context.get_world_size()
@@ -375,16 +468,18 @@ class RayTrainSession(Session):
         latest = ray.train.get_checkpoint()
         return [Path(latest.path)] if latest is not None else []
 
-    def _checkpoint(self, epoch: int, row: dict, model, optimizer, stateful: dict) -> None:
-        """ray.train.report is a barrier: every worker calls it at the same epochs; rank 0 hands over the files."""
+    def _checkpoint(self, epoch: int, row: dict, model, optimizer, stateful: dict, step: int = 0) -> None:
+        """ray.train.report is a barrier: every worker calls it at the same steps; rank 0 hands over the files."""
         import ray.train
 
         with tempfile.TemporaryDirectory(prefix="raytrain-ckpt-") as tmp:
             checkpoint = None
             if self.is_rank_zero:
-                checkpoints.write_checkpoint(Path(tmp), **self._state(epoch, model, optimizer, stateful))
+                checkpoints.write_checkpoint(Path(tmp), **self._state(epoch, model, optimizer, stateful, step))
+                runs.check_fence(self.run_dir)  # just before Ray publishes it into the run directory
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report(row, checkpoint=checkpoint, checkpoint_dir_name=checkpoints.checkpoint_dir_name(epoch))
+            ray.train.report(row, checkpoint=checkpoint,
+                             checkpoint_dir_name=checkpoints.checkpoint_dir_name(epoch, step))
 
 
 def worker_entry(loop_config: dict) -> None:
@@ -399,8 +494,12 @@ def worker_entry(loop_config: dict) -> None:
         except workdir.WorkingDirError:
             pass  # another node: the code came with Ray's runtime env (working_dir) instead
     cfg = config_from_dict(loop_config["config"])
-    session = RayTrainSession(cfg, Path(loop_config["run_dir"]), loop_config["cpus_per_worker"])
-    components.instantiate(cfg.loop, session)
+    session = RayTrainSession(cfg, Path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
+                              loop_config.get("lease_token"))
+    try:
+        components.instantiate(cfg.loop, session)
+    except StopTraining:
+        return  # checkpointed (unless the lease was lost); the driver writes the result
 
 
 def quiet_report_logs() -> None:
@@ -458,10 +557,11 @@ class LocalSession(Session):
         if self.on_row is not None:
             self.on_row(runs.read_metrics(self.run_dir)[-1])
 
-    def _checkpoint(self, epoch: int, row: dict, model, optimizer, stateful: dict) -> None:
-        directory = self.run_dir / checkpoints.checkpoint_dir_name(epoch)
+    def _checkpoint(self, epoch: int, row: dict, model, optimizer, stateful: dict, step: int = 0) -> None:
+        directory = self.run_dir / checkpoints.checkpoint_dir_name(epoch, step)
         staging = self.run_dir / f".{directory.name}.tmp"
-        checkpoints.write_checkpoint(staging, **self._state(epoch, model, optimizer, stateful))
+        checkpoints.write_checkpoint(staging, **self._state(epoch, model, optimizer, stateful, step))
+        runs.check_fence(self.run_dir)
         staging.rename(directory)  # a checkpoint directory appears whole or not at all
         for old in checkpoints.candidates(self.run_dir)[self.config.run.keep_checkpoints:]:
             checkpoints.remove(old)

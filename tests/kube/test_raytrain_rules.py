@@ -13,6 +13,7 @@ ENTRYPOINTS = [
     ("cd /x && raytrain run linear --set a=1 --set=b=2 --smoke-test --address auto; echo done",
      RaytrainRun("linear", ["a=1", "b=2"], None, None, "auto", True)),
     ("/opt/venv/bin/raytrain run 'my job.yaml' --name n", RaytrainRun("my job.yaml", [], "n", None, None, False)),
+    ("raytrain run linear --wait-for-lease --address auto", RaytrainRun("linear", [], None, None, "auto", False)),
     ("python /home/ray/samples/sample_code.py", None),
 ]
 

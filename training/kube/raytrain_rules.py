@@ -20,7 +20,8 @@ import yaml
 from raytrain.kube.problems import Doc, Problem, split_fix
 from raytrain.kube.quantity import QuantityError
 from raytrain.kube.shape import ShapeError, get, groups, node_resources, shared_mounts
-from raytrain.run_options import add_address_option, add_config_options, config_overrides, override_origin
+from raytrain.run_options import (add_address_option, add_config_options, add_lease_option, config_overrides,
+                                  override_origin)
 
 DASHBOARD_PORT = 8265
 
@@ -108,6 +109,7 @@ def parse_entrypoint(entrypoint: Any) -> RaytrainRun | None:
             parser = _Parser(prog="raytrain run", add_help=False)
             add_config_options(parser)  # the same declarations as the CLI's `raytrain run`
             add_address_option(parser)
+            add_lease_option(parser)
             ns = parser.parse_args(args)
             return RaytrainRun(ns.config, ns.set or [], ns.name, ns.storage, ns.address, ns.smoke_test)
     return None
@@ -170,7 +172,12 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
     the run config."""
     from raytrain.config import ConfigError, load_config
 
-    overrides = config_overrides(run.overrides, run.name, run.storage)
+    try:
+        overrides = config_overrides(run.overrides, run.name, run.storage)
+    except ConfigError as exc:  # --storage '' or --name '': refused by `raytrain run` before any config is read
+        message, fix = split_fix(str(exc))
+        doc, field = (job, "spec.entrypoint") if job is not None else (source.doc, source.field)
+        return None, [doc.problem(field, f"`raytrain run` would be refused: {message}", fix)]
     with tempfile.TemporaryDirectory(prefix="raytrain-validate-") as tmp:
         ref = source.ref
         if source.text is not None:

@@ -1,0 +1,219 @@
+"""One writer per run and a graceful end, through the real CLI on embedded Ray: two concurrent starts of one run,
+a SIGKILLed holder taken over after the stated time (its Ray stopped by the watchdog), a SIGSTOPped holder that
+writes nothing once resumed, SIGTERM to the driver.
+
+    .venv/bin/pytest -m integration tests/integration/test_attempt.py -v --durations=0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from raytrain.kube import localcluster
+from tests.support import checks
+
+pytestmark = pytest.mark.integration
+
+RAYTRAIN = [sys.executable, "-m", "raytrain.cli"]
+TTL_S = 15  # long enough for a refused start to reach its check on a busy machine
+
+
+def start(storage: Path, name: str, *args: str, ttl: float = TTL_S) -> subprocess.Popen:
+    return subprocess.Popen([*RAYTRAIN, "run", "linear", "--storage", str(storage), "--name", name, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "RAYTRAIN_LEASE_TTL_S": str(ttl)})
+
+
+def run(storage: Path, name: str, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([*RAYTRAIN, "run", "linear", "--storage", str(storage), "--name", name, *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "RAYTRAIN_LEASE_TTL_S": str(TTL_S)})
+
+
+def wait_for_epoch(proc: subprocess.Popen, run_dir: Path, epoch: int, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while max(checks.metrics_epochs(run_dir) or [0]) < epoch:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.time() < deadline, f"epoch {epoch} not reached"
+        time.sleep(0.2)
+
+
+def long_run_at_epoch_3(storage: Path, name: str) -> tuple[Path, subprocess.Popen]:
+    """A 400-epoch run (checkpoint every 2) that has trained 3 epochs."""
+    proc = start(storage, name, "--set", "train.epochs=400", "--set", "run.checkpoint_every=2")
+    try:
+        wait_for_epoch(proc, storage / name, 3)
+    except BaseException:
+        stop(proc)
+        raise
+    return storage / name, proc
+
+
+def snapshot(run_dir: Path) -> dict:
+    """Every file of the run directory with its content (checkpoints by name and size)."""
+    files = {}
+    for path in sorted(run_dir.rglob("*")):
+        if path.is_file() and ".lease" not in path.parts and path.name != "lease.json":
+            files[str(path.relative_to(run_dir))] = path.read_bytes()
+    return files
+
+
+def assert_stopped(pids: list[int], within_s: float = 15) -> None:
+    """The processes are gone (promptly: Ray's own orphan cleanup takes minutes)."""
+    assert pids
+    deadline = time.monotonic() + within_s
+    while (alive := [pid for pid in pids if localcluster.process_start(pid) is not None]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive, [localcluster._proc_table().get(pid) for pid in alive]
+
+
+def driver_log(run_dir: Path, pid: int) -> Path:
+    """The attempt's copy of its console lines (raytrain.console.keep_copy), named by host and driver pid."""
+    (log,) = run_dir.glob(f"driver-logs/*-{pid}.log")
+    return log
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_second_concurrent_start_is_refused_and_sigterm_ends_the_first_with_a_result(tmp_path):
+    run_dir, first = long_run_at_epoch_3(tmp_path, "two")
+    try:
+        second = run(tmp_path, "two", "--set", "train.epochs=400")
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"is in use by another attempt of this run (attempt 1 on host" in second.stderr
+        assert f"pid {first.pid}" in second.stderr and f"taken over {TTL_S} s after its last renewal" in second.stderr
+        assert "started embedded Ray" not in second.stdout  # refused before Ray starts
+
+        ray_processes = localcluster.tree_pids(first.pid)[1:]
+        first.send_signal(signal.SIGTERM)
+        output, _ = first.communicate(timeout=120)
+    finally:
+        stop(first)
+    assert first.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "received SIGTERM" in output and "stopped by SIGTERM after" in output
+    assert "Traceback" not in output and "SIGSEGV" not in output and "*** " not in output, output[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "stopped" and result["signal"] == "SIGTERM" and result["attempt"] == 1
+    assert result["epochs_completed"] == max(checks.metrics_epochs(run_dir))  # counted after the workers stopped
+    assert Path(result["checkpoint"]).name in {p.name for p in run_dir.glob("checkpoint_*")}
+    assert "received SIGTERM" in driver_log(run_dir, first.pid).read_text()
+    assert_stopped(ray_processes)
+
+
+def test_a_sigkilled_holder_is_taken_over_after_the_stated_time_and_its_ray_stops(tmp_path):
+    run_dir, holder = long_run_at_epoch_3(tmp_path, "killed")
+    try:
+        ray_processes = localcluster.tree_pids(holder.pid)[1:]
+        os.kill(holder.pid, signal.SIGKILL)
+        refused = run(tmp_path, "killed")
+        assert refused.returncode == 1 and f"taken over {TTL_S} s after its last renewal" in refused.stderr
+        began = time.monotonic()
+        epochs = max(checks.checkpoint_epochs(run_dir)) + 4
+        taker = run(tmp_path, "killed", "--wait-for-lease", "--set", f"train.epochs={epochs}")
+        waited = time.monotonic() - began
+    finally:
+        stop(holder)
+    assert taker.returncode == 0, taker.stdout[-2000:] + taker.stderr[-3000:]
+    assert "waiting for the lease" in taker.stdout and "attempt 2 holds run killed" in taker.stdout
+    assert waited >= 1, waited
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["attempt"] == 2 and result["resumed_from_epoch"] >= 2
+    checks.assert_run_completed(run_dir, epochs)
+    # the watchdog stopped the killed driver's embedded Ray (raylet, workers, agents)
+    assert_stopped(ray_processes)
+
+
+def test_a_sigstopped_holder_resumed_after_a_takeover_writes_nothing(tmp_path):
+    run_dir, holder = long_run_at_epoch_3(tmp_path, "paused")
+    try:
+        paused = localcluster.tree_pids(holder.pid)
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
+        epochs = max(checks.checkpoint_epochs(run_dir)) + 4
+        taker = run(tmp_path, "paused", "--wait-for-lease", "--set", f"train.epochs={epochs}")
+        assert taker.returncode == 0, taker.stderr[-3000:]
+        before = snapshot(run_dir)
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
+        output, _ = holder.communicate(timeout=120)
+    finally:
+        stop(holder)
+    assert holder.returncode == 1, output[-3000:]
+    assert "attempt 1" in output and "stopped without writing anything more" in output, output[-3000:]
+    time.sleep(2)
+    after = snapshot(run_dir)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    # Its own driver log says what happened to it. Ray Train's controller snapshot is Ray's file, outside
+    # raytrain's fence; resume does not trust it (raytrain.checkpoints.candidates reads the checkpoints).
+    own_log = str(driver_log(run_dir, holder.pid).relative_to(run_dir))
+    assert changed in (["checkpoint_manager_snapshot.json", own_log], [own_log]), changed
+    assert "lost run directory" in after[own_log].decode()
+    assert json.loads((run_dir / "result.json").read_text())["attempt"] == 2
+    checks.assert_run_completed(run_dir, epochs)
+
+
+def test_a_resume_applies_a_new_learning_rate_and_refuses_a_new_model_shape_before_ray(tmp_path):
+    run_dir = tmp_path / "honest"
+    first = run(tmp_path, "honest", "--set", "train.epochs=4", "--set", "run.checkpoint_every=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    record = (run_dir / "result.json").read_bytes()
+
+    refused = run(tmp_path, "honest", "--set", "train.epochs=6", "--set", "model.hidden=64")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "model.hidden: 32 in the checkpoint, 64 now" in refused.stderr and "another --name" in refused.stderr
+    assert "started embedded Ray" not in refused.stdout and "Traceback" not in refused.stderr
+    assert (run_dir / "result.json").read_bytes() == record  # the trained attempt's record stands
+    assert "hidden: 32" in (run_dir / "config.yaml").read_text()
+
+    resumed = run(tmp_path, "honest", "--set", "train.epochs=6", "--set", "train.lr=0.5")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume applies train.lr=0.5 (the checkpoint trained with 0.01)" in resumed.stdout
+    restored = [e for e in checks.read_jsonl(run_dir / "events.jsonl") if e["event"] == "restored"]
+    assert restored[-1]["applied"] == {"train.lr": 0.5}
+    assert "lr: 0.5" in (run_dir / "config.yaml").read_text()
+    checks.assert_run_completed(run_dir, 6)
+    history = checks.read_jsonl(run_dir / "results.jsonl")
+    assert [(r["status"], r["attempt"]) for r in history] == [("succeeded", 1), ("succeeded", 3)]
+
+
+def test_sigterm_mid_epoch_checkpoints_at_the_next_step_and_the_resume_loses_no_step(tmp_path):
+    run_dir = tmp_path / "graceful"
+    args = ["--set", "data.num_samples=20000", "--set", "run.checkpoint_every_steps=300",  # ~830 steps an epoch
+            "--set", "run.keep_checkpoints=20"]
+    driver = start(tmp_path, "graceful", "--set", "train.epochs=3", *args)
+    try:
+        wait_for_epoch(driver, run_dir, 1)
+        time.sleep(2)  # into epoch 2
+        signalled = time.monotonic()
+        driver.send_signal(signal.SIGTERM)
+        output, _ = driver.communicate(timeout=120)
+        stopped_in = time.monotonic() - signalled
+    finally:
+        stop(driver)
+    assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "the workers checkpoint at their next step and stop" in output and "did not stop within" not in output
+    assert stopped_in < 30, stopped_in  # inside Kubernetes' default grace period
+    result = json.loads((run_dir / "result.json").read_text())
+    meta = json.loads((Path(result["checkpoint"]) / "meta.json").read_text())
+    assert result["status"] == "stopped" and meta["epoch"] >= 1 and meta["step"] > 0, (result, meta)
+    assert any("_step00000300_" in p.name for p in run_dir.glob("checkpoint_*"))  # checkpoint_every_steps
+
+    resumed = run(tmp_path, "graceful", "--set", "train.epochs=3", *args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    start_event = checks.starts(run_dir)[-1]
+    assert (start_event["start_epoch"], start_event["resumed_at_step"]) == (meta["epoch"] + 1, meta["step"])
+    checks.assert_run_completed(run_dir, 3)  # one row per epoch, each once
+    samples = [row["samples"] for row in checks.read_jsonl(run_dir / "metrics.jsonl")]
+    assert samples == [samples[0]] * 3, samples  # the stopped epoch counts every sample once: no step lost or redone

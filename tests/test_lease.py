@@ -1,0 +1,103 @@
+"""The run lease on a real directory: exclusive claims, refusal naming the holder, takeover of a stale holder,
+fencing of a holder that lost it (also when it was paused), release."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from raytrain import lease as leases
+from raytrain import runs
+from raytrain.lease import Fence, Lease, LeaseHeld, LeaseLost
+
+
+def test_a_second_start_is_refused_naming_the_holder_and_the_takeover_time(tmp_path):
+    first = Lease(tmp_path, ttl_s=30).acquire()
+    try:
+        with pytest.raises(LeaseHeld) as refused:
+            Lease(tmp_path, ttl_s=30).acquire()
+        message = str(refused.value)
+        assert f"attempt 1 on host {first.host}, pid {first.pid}" in message
+        assert "taken over 30 s after its last renewal" in message and "--wait-for-lease" in message
+    finally:
+        first.release()
+    second = Lease(tmp_path, ttl_s=30).acquire()  # released: the next start takes it at once
+    assert second.token == 2
+    second.release()
+
+
+def test_a_holder_that_stopped_renewing_is_taken_over_after_its_ttl_and_can_no_longer_commit(tmp_path):
+    stale = Lease(tmp_path, ttl_s=2).acquire()
+    stale._stop.set()  # its process is paused: no more renewals
+    with pytest.raises(LeaseHeld):
+        Lease(tmp_path, ttl_s=2).acquire()
+    time.sleep(2.2)
+    taker = Lease(tmp_path, ttl_s=2).acquire()
+    assert taker.token == stale.token + 1
+    with pytest.raises(LeaseLost):  # gave itself up: no renewal for 3/4 of its ttl
+        stale.check()
+    with pytest.raises(LeaseLost, match="attempt 1 lost run directory .* to attempt 2"):
+        Fence(tmp_path, stale.token).check()  # its workers see the newer token
+    Fence(tmp_path, taker.token).check()
+    taker.check()
+    taker.release()
+
+
+def test_fenced_commits_of_a_lost_attempt_write_nothing(tmp_path):
+    old = Fence(tmp_path, 1)
+    (tmp_path / leases.LEASE_FILE).write_text(json.dumps(
+        {"token": 2, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
+    runs.fence_writes(tmp_path, old)
+    try:
+        for commit in (lambda: runs.append_metrics(tmp_path, {"epoch": 1}),
+                       lambda: runs.write_result(tmp_path, {"status": "succeeded"}),
+                       lambda: runs.write_config(tmp_path, "x: 1\n")):
+            with pytest.raises(LeaseLost):
+                commit()
+    finally:
+        runs.fence_writes(tmp_path, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]  # no file, no temporary left
+
+
+def test_renewal_keeps_a_live_holder_and_commits_carry_its_token(tmp_path):
+    held = Lease(tmp_path, ttl_s=1.2).acquire()
+    runs.fence_writes(tmp_path, held)
+    try:
+        time.sleep(1.5)  # longer than the ttl: only renewals keep it
+        with pytest.raises(LeaseHeld):
+            Lease(tmp_path, ttl_s=1.2).acquire()
+        runs.append_metrics(tmp_path, {"epoch": 1})
+        runs.write_result(tmp_path, {"status": "succeeded"})
+    finally:
+        runs.fence_writes(tmp_path, None)
+        held.release()
+    assert runs.read_metrics(tmp_path) == [{"epoch": 1, "attempt": 1}]
+    assert runs.read_result(tmp_path)["attempt"] == 1
+    assert [r["attempt"] for r in runs.read_jsonl(tmp_path / runs.RESULTS_HISTORY_FILE)] == [1]
+
+
+def test_claims_are_exclusive_so_tokens_only_grow(tmp_path):
+    (tmp_path / leases.CLAIMS_DIR).mkdir()
+    path = tmp_path / leases.CLAIMS_DIR / "7.json"
+    assert leases._create_exclusive(path, {"token": 7})
+    assert not leases._create_exclusive(path, {"token": 7})
+    assert json.loads(path.read_text()) == {"token": 7}
+    # a claim with no lease.json yet (its claimant is about to write it) is the current holder
+    (tmp_path / leases.CLAIMS_DIR / "8.json").write_text(json.dumps(
+        {"token": 8, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
+    assert leases.current_holder(tmp_path).token == 8
+    with pytest.raises(LeaseHeld, match="attempt 8 on host h"):
+        Lease(tmp_path).acquire()
+
+
+def test_wait_for_lease_takes_over_when_the_holder_releases(tmp_path):
+    import threading
+
+    holder = Lease(tmp_path, ttl_s=30).acquire()
+    threading.Timer(0.6, holder.release).start()
+    told = []
+    waiter = Lease(tmp_path, ttl_s=30).acquire(wait=True, poll_s=0.1, notify=told.append)
+    assert waiter.token == 2 and "waiting for the lease" in told[0]
+    waiter.release()
