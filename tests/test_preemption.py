@@ -1,5 +1,6 @@
 """Step boundaries on one worker (no process group): step-count checkpoints land on their step, a stop request
-in lease.json is seen within the poll interval, a takeover ends the worker without a checkpoint."""
+in lease.json is seen within the poll interval, a takeover ends the worker without a checkpoint, a draining node
+checkpoints and ends the group."""
 
 from __future__ import annotations
 
@@ -49,10 +50,18 @@ def test_a_stop_request_is_seen_within_the_poll_interval_and_a_takeover_ends_wit
     assert decision.lost and not decision.checkpoint and "attempt 4 took the run over" in b.reason
 
 
-def test_a_local_stop_reason_on_any_worker_checkpoints_and_stops_at_the_next_decision(tmp_path):
-    reasons = iter([None, None, "node draining"])
+def test_a_draining_node_on_any_worker_checkpoints_and_ends_the_group_at_the_next_decision(tmp_path):
+    draining = iter([False, False, True])
     b = StepBoundary(tmp_path, None, every_steps=0, every_s=0.0, is_rank_zero=False, device=torch.device("cpu"),
-                     local_stop=lambda: next(reasons))
+                     node_draining=lambda: next(draining))
     decisions = [b.decide() for _ in range(3)]
-    assert [(d.checkpoint, d.stop) for d in decisions] == [(False, False), (False, False), (True, True)]
-    assert b.reason == "node draining" and not decisions[-1].lost
+    assert [(d.checkpoint, d.drain, d.stop) for d in decisions] == [(False, False, False), (False, False, False),
+                                                                    (True, True, False)]
+
+
+def test_a_stop_request_wins_over_a_drain(tmp_path):
+    write_lease(tmp_path, 3, stop="SIGTERM")
+    b = StepBoundary(tmp_path, 3, every_steps=0, every_s=0.0, is_rank_zero=True, device=torch.device("cpu"),
+                     node_draining=lambda: True)
+    decision = b.decide(at_epoch_end=True)  # reads the stop request now
+    assert decision.stop and not decision.drain

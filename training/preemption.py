@@ -7,7 +7,10 @@ do not pay a collective each. The decisions:
 - stop: the driver asked its attempt to end (SIGTERM, Ctrl-C: raytrain.attempt writes the request into the run's
   lease.json, which rank 0 reads at most every POLL_S); the workers checkpoint at this step and return. A lease
   taken over by a newer attempt also ends them, without a checkpoint (they may no longer commit);
-- checkpoint: run.checkpoint_every_steps steps or run.checkpoint_every_s seconds since the last checkpoint.
+- checkpoint: run.checkpoint_every_steps steps or run.checkpoint_every_s seconds since the last checkpoint;
+- drain: some worker's node is being drained (its pod is being deleted: raytrain.drain.node_draining, probed by
+  every worker at each decision); all checkpoint at this step and end the group with NodeDraining, so that Ray
+  Train starts a new one on the nodes left, which resumes from that checkpoint. stop and lost win over it.
 
 Worst case from the request to the workers' end: POLL_S + SYNC_S (or one step, if longer) + writing and uploading
 one checkpoint. The
@@ -36,16 +39,17 @@ class Decision:
     checkpoint: bool = False
     stop: bool = False
     lost: bool = False  # the lease is gone: stop without committing anything
+    drain: bool = False  # a worker's node is draining: checkpoint, then end the group for Ray Train to restart
 
 
 class StepBoundary:
     def __init__(self, run_dir: Path, token: Optional[int], *, every_steps: int, every_s: float,
                  is_rank_zero: bool, device: "torch.device",
-                 local_stop: Optional[Callable[[], Optional[str]]] = None):
-        """local_stop: probed by every worker at each decision; a reason (e.g. its node is being drained) makes
-        all of them checkpoint and stop at that step."""
+                 node_draining: Optional[Callable[[], bool]] = None):
+        """node_draining: probed by every worker at each decision; true on any of them makes all of them checkpoint
+        at that step and end the group (Decision.drain)."""
         self.run_dir, self.token = run_dir, token
-        self.local_stop = local_stop
+        self.node_draining = node_draining
         self.every_steps, self.every_s = every_steps, every_s
         self.is_rank_zero, self.device = is_rank_zero, device
         self.steps_since = 0
@@ -68,7 +72,7 @@ class StepBoundary:
             self.until_sync -= 1
             if self.until_sync > 0:
                 return Decision()
-        flags = [0.0, 0.0, 0.0, 1.0]
+        flags = [0.0, 0.0, 0.0, 1.0, 0.0]  # checkpoint, stop, lost, steps to the next decision, drain
         if self.is_rank_zero:
             now = time.monotonic()
             per_step = (now - self.last_sync) / max(self.synced_steps, 1)
@@ -93,9 +97,8 @@ class StepBoundary:
             if self.every_steps and not at_epoch_end:  # the next decision falls on the step a step-count checkpoint is due
                 remaining = self.every_steps - (0 if flags[0] else self.steps_since)
                 flags[3] = float(max(1, min(flags[3], remaining)))
-        if self.local_stop is not None and (local := self.local_stop()):
-            self.reason = self.reason or local
-            flags[0], flags[1] = max(flags[0], 1.0 - flags[2]), 1.0
+        if self.node_draining is not None and self.node_draining():
+            flags[4] = 1.0
         import torch
         import torch.distributed as dist
 
@@ -104,4 +107,5 @@ class StepBoundary:
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
             flags = tensor.tolist()
         self.until_sync = int(flags[3])
-        return Decision(checkpoint=bool(flags[0]), stop=bool(flags[1]), lost=bool(flags[2]))
+        drain = bool(flags[4]) and not flags[1] and not flags[2]
+        return Decision(checkpoint=bool(flags[0]) or drain, stop=bool(flags[1]), lost=bool(flags[2]), drain=drain)

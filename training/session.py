@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -178,6 +179,15 @@ class Session(ABC):
             self._checkpointed()
         if decision.stop:
             raise StopTraining(self._boundary.reason or "stop requested")
+        if decision.drain:
+            self._end_for_drain()
+
+    def _end_for_drain(self) -> typing.NoReturn:
+        from raytrain.drain import DRAIN_MESSAGE, NodeDraining
+
+        if self.is_rank_zero:
+            runs.append_event(self.run_dir, "drain", message=DRAIN_MESSAGE)
+        raise NodeDraining(DRAIN_MESSAGE)
 
     @abstractmethod
     def data_loader(self, dataset: Any, *, shuffle: bool = False, batch_size: Optional[int] = None) -> Any:
@@ -251,10 +261,12 @@ class Session(ABC):
         if self._boundary is not None and epoch < self.config.train.epochs:
             # Also at every epoch's end: a loop that does not iterate session.batches("train") ends here.
             decision = self._boundary.decide(at_epoch_end=True)
-            if decision.stop and not decision.lost and not self.checkpoint_due(epoch):
+            if (decision.stop or decision.drain) and not decision.lost and not self.checkpoint_due(epoch):
                 self._checkpoint(epoch, row, model, optimizer, stateful)
             if decision.stop or decision.lost:
                 raise StopTraining(self._boundary.reason or "stop requested")
+            if decision.drain:
+                self._end_for_drain()
 
     # Telemetry hooks (a Ray Train worker exports live metrics; a local run has nowhere to send them).
     def _started(self, start_epoch: int) -> None: ...
@@ -269,10 +281,10 @@ class Session(ABC):
 
         return StepBoundary(self.run_dir, self._lease_token, every_steps=self.config.run.checkpoint_every_steps,
                             every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
-                            device=self.device, local_stop=self._local_stop)
+                            device=self.device, node_draining=self._node_draining)
 
-    # A worker's own reason to stop the attempt at the next step (e.g. its node is being drained), or None.
-    _local_stop: Optional[Callable[[], Optional[str]]] = None
+    # Whether this worker's node is being drained (its pod deleted): None where there is no such thing (local).
+    _node_draining: Optional[Callable[[], bool]] = None
 
     _lease_token: Optional[int] = None  # the attempt this worker trains for (None: no lease, no stop requests)
 
@@ -413,6 +425,9 @@ class RayTrainSession(Session):
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
         torch.manual_seed(config.train.seed + self.rank)
         self.telemetry = RunTelemetry(config.run.name, self.rank, config.per_worker_batch_size)
+        from raytrain.drain import node_draining
+
+        self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.drain
 
     def _started(self, start_epoch: int) -> None:
         self.telemetry.started(self.run_dir, start_epoch)
