@@ -131,7 +131,7 @@ def machine_info() -> dict:
 
 
 def write_results(out_dir: Path, machine: dict, settings: BenchSettings, figures: list[dict]) -> Path:
-    from raytrain.runs import write_atomic
+    from raytrain.files import write_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULTS_FILE

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import uuid
 from pathlib import Path
 import shutil
 from typing import Any, Callable, Iterable, Optional
+
+from raytrain import files
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -31,14 +32,6 @@ def checkpoint_dir_name(epoch: int, step: int = 0) -> str:
     # Unique per report: a retrained epoch never overwrites (or is pruned together with) an older copy.
     at = f"_step{step:08d}" if step else ""
     return f"{DIR_PREFIX}epoch{epoch:06d}{at}_{uuid.uuid4().hex[:8]}"
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _sha256(path: Path) -> str:
@@ -58,12 +51,12 @@ def write_checkpoint(directory: Path, *, model_state: dict, optimizer_state: Opt
     directory.mkdir(parents=True, exist_ok=True)
     state = {"model": model_state, "optimizer": optimizer_state, "epoch": epoch, "config": config,
              "extra": extra or {}, "step": step}
-    _atomic_write(directory / STATE_FILE, lambda tmp: torch.save(state, tmp))
+    files.write_atomic(directory / STATE_FILE, lambda tmp: torch.save(state, tmp), durable=True)
     # The config also goes in meta.json, so that the driver compares a resume's settings without loading state;
     # the size tells an upload cut short (torn, cleaned away) from a corrupted file (refused, named).
     meta = {"format": FORMAT, "epoch": epoch, "step": step, "sha256": _sha256(directory / STATE_FILE),
             "size": (directory / STATE_FILE).stat().st_size, "config": config, "attempt": attempt}
-    _atomic_write(directory / META_FILE, lambda tmp: tmp.write_text(json.dumps(meta)))
+    files.write_atomic(directory / META_FILE, json.dumps(meta), durable=True)
 
 
 def read_meta(directory: Path) -> dict:

@@ -15,11 +15,10 @@ import json
 import os
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from raytrain import console
+from raytrain import console, files
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -61,16 +60,9 @@ def run_dir_of(storage_path: str, name: str) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write by rename, so that a reader (or a crash) never sees half a file."""
-    # Unique temporary name: pods on different nodes can share a pid (pid 1 in containers).
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    try:
-        check_fence(path.parent)  # last moment before the rename (raytrain.lease says what race remains)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+    """A run record written whole (files.write_atomic), the run's fence checked at the last moment before the rename
+    (raytrain.lease says what race remains)."""
+    files.write_atomic(path, text, before_replace=lambda: check_fence(path.parent))
 
 
 def write_config(run_dir: Path, config_yaml: str) -> None:

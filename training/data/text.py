@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import csv
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
-from raytrain import runs
+from raytrain import files
 from raytrain.data import DataContext, DataSource, DataUnavailable, splits, tensor_dataset
 
 PAD, UNK = 0, 1  # reserved ids; the model's embedding uses PAD as padding_idx
@@ -135,10 +134,11 @@ def write_synthetic(p: Text, ctx, directory: Path) -> None:
         target = directory / name
         if target.exists():
             continue
-        tmp = target.with_name(f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "w", newline="", encoding="utf-8") as handle:
-            csv.writer(handle).writerows(synthetic_rows(n, p.num_classes, seed))
-        os.replace(tmp, target)
+        def write(tmp: Path, n=n, seed=seed) -> None:
+            with open(tmp, "w", newline="", encoding="utf-8") as handle:
+                csv.writer(handle).writerows(synthetic_rows(n, p.num_classes, seed))
+
+        files.write_atomic(target, write)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def prepare(p: Text, ctx) -> None:
                 write_synthetic(p, ctx, directory)
             if not vocab_path(p, ctx).is_file():
                 docs, _ = read_csv(directory / p.train_file, p.num_classes)
-                runs.write_atomic(vocab_path(p, ctx), json.dumps(build_vocab(docs, p.vocab_size)))
+                files.write_atomic(vocab_path(p, ctx), json.dumps(build_vocab(docs, p.vocab_size)))
     except OSError as err:
         raise DataUnavailable(f"cannot write to {directory} ({err.strerror}). Fix: make the data directory "
                               f"writable: the vocabulary is stored beside the data.") from None

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from typing import Any
 import yaml
 
 from raytrain.errors import UsageError
+from raytrain.files import write_atomic
 
 KUBERAY_VERSION = "v1.7.0"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
@@ -80,9 +80,7 @@ def download_crds(dest: Path, base_url: str = RELEASE_URL, timeout: float = 30.0
                            f"Nothing was written to {dest}. Fix: check for a proxy that rewrites downloads, or stage "
                            f"the files by hand from {RELEASE_URL}/ (--crds DIR)")
         dest.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=dest, prefix=f".{name}.", delete=False) as tmp:
-            tmp.write(body)
-        os.replace(tmp.name, dest / name)
+        write_atomic(dest / name, body)
     return dest
 
 
@@ -172,9 +170,7 @@ def _load_crd(path: str) -> dict[str, Any]:
     crd = yaml.load(body, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     try:
         parsed.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=parsed.parent, prefix=".crd.", delete=False) as tmp:
-            json.dump(crd, tmp)
-        os.replace(tmp.name, parsed)
+        write_atomic(parsed, json.dumps(crd))
     except OSError:
         pass  # a read-only home: parse the YAML each time
     return crd

@@ -1,0 +1,35 @@
+"""Files that appear whole or not at all: written beside their final name, then renamed over it. The one copy of
+that rule for run records, checkpoints, staged data and the benchmark's figures."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+
+def write_atomic(path: Path, content: Union[str, bytes, Callable[[Path], None]], *, durable: bool = False,
+                 before_replace: Optional[Callable[[], None]] = None) -> None:
+    """Write `content` (text, bytes, or a function that writes the file it is given) to `path` by rename, so that a
+    reader, or a crash, never sees half a file. durable: fsync before the rename (checkpoints: the bytes are on disk
+    before the name says so). before_replace: a last check (a run's fence); if it raises, nothing is replaced."""
+    path = Path(path)
+    # A unique temporary name: pods on different nodes can share a pid (pid 1 in containers) and a directory (NFS).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if isinstance(content, str):
+            tmp.write_text(content, encoding="utf-8")
+        elif isinstance(content, bytes):
+            tmp.write_bytes(content)
+        else:
+            content(tmp)
+        if durable:
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace()
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
