@@ -106,6 +106,8 @@ class Progress(threading.Thread):
         for event in events[self.events_seen:]:
             if event["event"] == "warning":
                 console.warning(event["message"], out=self.out, rank=0)
+            elif event["event"] == "drain":
+                console.info("drain", event["message"], out=self.out, rank=0)
             elif event["event"] == "restored":
                 at = f" (at step {event['step']} of epoch {event['epoch'] + 1})" if event.get("step") else ""
                 console.info("restored", f"resuming after epoch {event['epoch']}{at} from {event['checkpoint']}",
