@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from raytrain import checkpoints, console, preflight, runs
-from raytrain.config import RunConfig, dump_yaml
+from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
 from raytrain.sizing import size_workers
@@ -36,6 +36,12 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return self.result["status"] == "succeeded"
+
+
+def connect_for(cfg: RunConfig, address: Optional[str], in_submitted_job: bool) -> str:
+    """connect_ray with the runtime env that ships the config's user code (preflight decides what travels)."""
+    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
+    return connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
 
 
 def alive_node_resources() -> list[dict]:
@@ -198,17 +204,8 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
     in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's code.
     lease_token: the attempt holding the run (raytrain.attempt takes the lease and checks the resume first)."""
     started = time.time()
-    preflight.check_model_builds(cfg)
-    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    runs.write_config(run_dir, dump_yaml(cfg))
-    try:
-        preflight.prepare_data(cfg)
-    except LaunchError as err:
-        runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
-        raise
-
-    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
-    connected = connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
+    run_dir = preflight.start_run(cfg, lambda directory, error: summarize(directory, "failed", started, error))
+    connected = connect_for(cfg, address, in_submitted_job)
     console.info("connected", f"{connected}; run directory {run_dir}", out=out, run_dir=str(run_dir))
     try:
         per_worker = size_workers(cfg, alive_node_resources())

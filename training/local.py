@@ -12,7 +12,7 @@ import time
 from typing import TextIO
 
 from raytrain import components, console, preflight, runs
-from raytrain.config import RunConfig, dump_yaml
+from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.launcher import Outcome, summarize
 
@@ -22,12 +22,10 @@ def train_local(cfg: RunConfig, out: TextIO = sys.stdout) -> Outcome:
     from raytrain.session import LocalSession
 
     started = time.time()
-    preflight.check_model_builds(cfg)
-    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     # No lease here (one plain process): torn checkpoint directories are skipped, not removed.
-    preflight.check_resume(cfg, run_dir, remove_torn=False)
-    runs.write_config(run_dir, dump_yaml(cfg))
-    preflight.prepare_data(cfg)
+    run_dir = preflight.start_run(cfg, lambda directory, error: summarize(directory, "failed", started, error),
+                                  before_config=lambda directory: preflight.check_resume(cfg, directory,
+                                                                                         remove_torn=False))
     session = LocalSession(cfg, run_dir, os.cpu_count() or 1,
                            on_row=lambda row: console.epoch(format_row(row, cfg.train.epochs), row, out=out))
     console.info("training", f"local training {cfg.run.name} on {session.device}; run directory {run_dir}", out=out,

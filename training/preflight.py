@@ -6,10 +6,10 @@ decide how the user's code reaches the workers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from raytrain import components, console, resume, runs, workdir
-from raytrain.config import RunConfig
+from raytrain.config import RunConfig, dump_yaml
 from raytrain.data import DataUnavailable, data_context
 from raytrain.errors import ConfigError, LaunchError
 
@@ -57,6 +57,24 @@ def check_resume(cfg: RunConfig, run_dir: Path, remove_torn: bool = True) -> res
 def _kwargs(kwargs: dict) -> str:
     text = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
     return text if len(text) < 200 else text[:197] + "..."
+
+
+def start_run(cfg: RunConfig, failure_record: Callable[[Path, str], dict],
+              before_config: Optional[Callable[[Path], None]] = None) -> Path:
+    """The start `raytrain run`, `local` and `tune` share, in this order: the model builds (before anything is
+    written), the run directory, `before_config` (local's resume check), the resolved config.yaml, then the data
+    prepared once; missing data records `failure_record(run_dir, message)` as result.json. Returns the run dir."""
+    check_model_builds(cfg)
+    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    if before_config is not None:
+        before_config(run_dir)
+    runs.write_config(run_dir, dump_yaml(cfg))
+    try:
+        prepare_data(cfg)
+    except LaunchError as err:
+        runs.write_result(run_dir, failure_record(run_dir, str(err)))
+        raise
+    return run_dir
 
 
 def prepare_data(cfg: RunConfig) -> None:

@@ -29,7 +29,7 @@ from typing import Any, Optional, TextIO
 from raytrain import console, preflight, runs
 from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
 from raytrain.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
-                               connect_ray, root_cause, summarize)
+                               connect_for, root_cause, summarize)
 from raytrain.sizing import data_reserve, size_workers, workers_that_fit
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments
@@ -209,16 +209,8 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
 
     check_space(cfg, search)
     started = time.time()
-    tune_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    preflight.check_model_builds(cfg)
-    runs.write_config(tune_dir, dump_yaml(cfg))
-    try:
-        preflight.prepare_data(cfg)
-    except LaunchError as err:
-        runs.write_result(tune_dir, {"status": "failed", "error": str(err)})
-        raise
-    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
-    connected = connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
+    tune_dir = preflight.start_run(cfg, lambda _directory, error: {"status": "failed", "error": error})
+    connected = connect_for(cfg, address, in_submitted_job)
     console.info("connected", f"{connected}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
     nodes = alive_node_resources()
     per_worker = size_workers(cfg, nodes)
