@@ -10,10 +10,11 @@ writes. One module per part over a small shared harness:
 - cluster: a local multi-node cluster shaped like the chart's, jobs submitted as KubeRay's submitter does,
   and when a run reached its first optimizer step
 - first_step: p3, submission to the first optimizer step (running cluster and cold)
-- recovery: p4, worker-node kill to the next optimizer step, and the epochs trained again
+- recovery: p4, a worker node killed (SIGKILL) or its pod deleted (preStop drain, SIGTERM) to the next optimizer
+  step, and the completed steps trained again, both side by side
 - scaling: 1 against 2 Ray Train workers on two worker nodes
 - gpu: ViT with bf16, Ray Train against raw torch, and MFU
-- probes: a model wrapper that records rank 0's first forward passes (runs inside a training job)
+- probes: a model wrapper that records rank 0's first forward passes, or every one (runs inside a training job)
 - cli: the command line (`python -m bench`) and the run of the selected parts
 
 Sides are interleaved round by round (alternating which goes first) so that machine noise hits both alike; each

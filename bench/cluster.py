@@ -29,13 +29,17 @@ TRAIN_CONTROLLER_CLASS = "TrainController"
 
 def bench_cluster(shared_dir: Path, worker_nodes: int = 2, cpus_per_node: float = 2.0,
                   out: Optional[TextIO] = None):
-    """A head (num-cpus 0 and failure detection, as the chart sets them) plus worker nodes, token auth on. Nodes on
-    their own loopback addresses: what is timed here is Ray and raytrain, not the network namespaces."""
+    """A head (num-cpus 0 and failure detection, as the chart sets them) plus worker nodes, token auth on, every node
+    with the chart's preStop hook and grace period (what a pod deletion runs). Nodes on their own loopback addresses:
+    what is timed here is Ray and raytrain, not the network namespaces."""
     from raytrain.kube.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
 
+    pre_stop, grace = chart_pre_stop()
     shape = ClusterShape(
-        head=NodeSpec("head", "head", True, num_cpus=0, memory=2 * 2**30, env=dict(FAILURE_DETECTION_ENV)),
-        workers=[NodeSpec(f"worker-{i}", "worker", False, num_cpus=cpus_per_node, memory=3 * 2**30)
+        head=NodeSpec("head", "head", True, num_cpus=0, memory=2 * 2**30, env=dict(FAILURE_DETECTION_ENV),
+                      pre_stop=list(pre_stop), grace_seconds=grace),
+        workers=[NodeSpec(f"worker-{i}", "worker", False, num_cpus=cpus_per_node, memory=3 * 2**30,
+                          pre_stop=list(pre_stop), grace_seconds=grace)
                  for i in range(worker_nodes)],
         auth_token=True)
     cluster = LocalCluster(shape, out=out or sys.stderr, isolation="loopback", shared_dir=shared_dir)
@@ -47,17 +51,71 @@ def bench_cluster(shared_dir: Path, worker_nodes: int = 2, cpus_per_node: float 
     return cluster
 
 
-def kill_training_node(cluster) -> tuple[object, float]:
-    """SIGKILL every process of the worker node that holds a training worker (Ray packs both onto one node when
-    they fit), as a lost pod; returns that node and when the kill began."""
-    from raytrain.kube.localcluster import kill_node, node_processes
+def chart_pre_stop(values_file: Optional[Path] = None) -> tuple[list[str], int]:
+    """The Ray containers' preStop command and the pods' terminationGracePeriodSeconds as the chart's default values
+    make them (helm/raytrain-cluster/templates/_helpers.tpl: `raytrain drain --wait <grace - marginSeconds>`); no
+    hook where the values turn it off."""
+    import yaml
+    from raytrain.kube.render import default_chart_dir
+
+    values = yaml.safe_load((values_file or default_chart_dir() / "values.yaml").read_text())
+    grace = int(values["terminationGracePeriodSeconds"])
+    drain = values.get("preStopDrain") or {}
+    if not drain.get("enabled"):
+        return [], grace
+    return ["raytrain", "drain", "--wait", str(grace - int(drain["marginSeconds"]))], grace
+
+
+def training_node(cluster):
+    """The worker node that holds a training worker (Ray packs both onto one node when they fit)."""
+    from raytrain.kube.localcluster import node_processes
 
     state_file = cluster.run_dir / "state.json"
     hosts = [n for n in cluster.nodes[1:] if node_processes(state_file, n.spec.name, "RayTrainWorker")]
-    victim = hosts[0] if hosts else cluster.nodes[-1]
+    return hosts[0] if hosts else cluster.nodes[-1]
+
+
+def kill_training_node(cluster) -> tuple[object, float]:
+    """SIGKILL every process of the worker node that holds a training worker, as a lost pod; returns that node and
+    when the kill began."""
+    from raytrain.kube.localcluster import kill_node
+
+    victim = training_node(cluster)
     killed_at = time.time()
-    kill_node(state_file, victim.spec.name)
+    kill_node(cluster.run_dir / "state.json", victim.spec.name)
     return victim, killed_at
+
+
+class NodeDeletion:
+    """Delete the worker node that holds a training worker as kubelet deletes its pod (its preStop hook, SIGTERM,
+    SIGKILL after the grace period: raytrain.kube.localcluster.delete_node), in the background: the deletion waits
+    for the training there to checkpoint, and the next step is timed meanwhile."""
+
+    def __init__(self, cluster):
+        from raytrain.kube.localcluster import delete_node
+
+        self.node = training_node(cluster)
+        self.outcome: Optional[dict] = None
+        self.error: Optional[BaseException] = None
+        self.began = time.time()
+
+        def delete() -> None:
+            try:
+                self.outcome = delete_node(cluster.run_dir / "state.json", self.node.spec.name)
+            except BaseException as err:  # noqa: BLE001 - handed to whoever waits
+                self.error = err
+
+        self.thread = threading.Thread(target=delete, daemon=True)
+        self.thread.start()
+
+    def wait(self, timeout: float = 300) -> dict:
+        """What delete_node returned (its hook's status and output, when the node ended, what was SIGKILLed)."""
+        self.thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        if self.outcome is None:
+            raise RuntimeError(f"deleting node {self.node.spec.name} did not end within {timeout:g}s")
+        return self.outcome
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -154,12 +212,12 @@ def run_started(run_dir: Path, after: float, timeout: float, alive: Callable[[],
                     alive)
 
 
-def timed_job_dir(work: Path, name: str, preset: str, probe_path: str) -> Path:
+def timed_job_dir(work: Path, name: str, preset: str, probe_path: str, every_step: bool = False) -> Path:
     """The working dir of a job whose first step p3 or p4 times: `preset` (a preset name or a run config file),
     resolved, as job.yaml with its model wrapped in bench.probes.FirstStepProbe, which appends to `probe_path`
     (where the probe's file is as the job sees it), and the bench package beside it for the driver and workers to
     import. With first_step_time, the one place that knows how the first step is observed."""
-    return job_dir(work, name, probed_config(resolved_preset(preset), probe_path), ship_bench=True)
+    return job_dir(work, name, probed_config(resolved_preset(preset), probe_path, every_step), ship_bench=True)
 
 
 def resolved_preset(preset: str) -> dict:
@@ -195,16 +253,48 @@ def first_step_time(run_dir: Path, after: float, timeout: float, alive: Callable
     return row["time"] if row else None
 
 
+def trained_steps(run_dir: Path, at: float) -> tuple[list[tuple[int, int]], Optional[int]]:
+    """The steps, as (epoch, step in that epoch), that the worker group training at `at` (epoch seconds) is known to
+    have completed by then, and the steps of one whole epoch as that group trained them (None before it finished
+    one). Read from the FirstStepProbe's FORWARD rows (every_step) and the run's `start` events: a step is known
+    completed once rank 0's next forward pass (of either kind) began, since a loop steps the optimizer first."""
+    from bench.probes import FORWARD
+    from raytrain import runs
+
+    rows = [r for r in runs.read_jsonl(probe_file(run_dir)) if r.get("event") == FORWARD]
+    before = [r for r in rows if r["time"] <= at]
+    if not before:
+        return [], None
+    group = [r for r in rows if r["group"] == before[-1]["group"]]
+    starts = [e for e in runs.read_events(run_dir) if e.get("event") == "start" and e["time"] <= group[0]["time"]]
+    start = starts[-1] if starts else {}
+    first_epoch, skipped = int(start.get("start_epoch") or 1), int(start.get("resumed_at_step") or 0)
+    done = []
+    for row, after in zip(group, group[1:]):
+        if row["train"] and after["time"] <= at:
+            done.append((first_epoch + row["phase"] - 1, (skipped if row["phase"] == 1 else 0) + row["step"]))
+    last_phase = max(r["phase"] for r in group if r["train"]) if any(r["train"] for r in group) else 0
+    whole = (r["step"] for r in group if r["train"] and r["phase"] < last_phase and (r["phase"] > 1 or not skipped))
+    return done, max(whole, default=None)
+
+
+def steps_lost(done: list[tuple[int, int]], resumed_from_epoch: Optional[int], resumed_at_step: Optional[int]) -> int:
+    """Of the completed steps `done` ((epoch, step) pairs), those a run resumed after `resumed_from_epoch` whole
+    epochs and `resumed_at_step` steps of the next one trains again."""
+    resume = ((resumed_from_epoch or 0) + 1, resumed_at_step or 0)
+    return sum(1 for position in done if position > resume)
+
+
 def probe_file(run_dir: Path) -> Path:
     """Where FirstStepProbe writes for the run in `run_dir`: beside the run directory, never inside what the run
     itself owns."""
     return run_dir.with_name(f"{run_dir.name}.first-step.jsonl")
 
 
-def probed_config(config: dict, probe_path: str) -> dict:
+def probed_config(config: dict, probe_path: str, every_step: bool = False) -> dict:
     """A run config (plain data, as read from YAML) whose model is wrapped in bench.probes.FirstStepProbe, which
-    appends rank 0's first forward passes to `probe_path` (as the workers see it). The smoke block's model keys
-    follow the model into `inner`, so that --smoke-test shrinks the real model."""
+    appends rank 0's first forward passes to `probe_path` (as the workers see it), and every one with `every_step`.
+    The smoke block's model keys follow the model into `inner`, so that --smoke-test shrinks the real model."""
     from bench.probes import FirstStepProbe
     from raytrain.components import COMPONENT_KEY, LEGACY_NAME_KEY, canonical_path
 
@@ -216,7 +306,8 @@ def probed_config(config: dict, probe_path: str) -> dict:
     if isinstance(reference, str):  # the probe builds it by import path: a built-in's short name spelled out
         inner = {COMPONENT_KEY: canonical_path(reference, "model"), **inner}
     probe = f"{FirstStepProbe.__module__}.{FirstStepProbe.__name__}"
-    probed = {**config, "model": {"_component_": probe, "inner": inner, "path": probe_path}}
+    probed = {**config, "model": {"_component_": probe, "inner": inner, "path": probe_path,
+                                  **({"every_step": True} if every_step else {})}}
     if isinstance(config.get("smoke"), dict):
         probed["smoke"] = {(f"model.inner.{key[len('model.'):]}" if str(key).startswith("model.") else key): value
                            for key, value in config["smoke"].items()}

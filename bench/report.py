@@ -17,8 +17,11 @@ PANELS = [
      ["raw torch", "Ray Train"], TARGETS["p2_wait_share"]),
     ("P3 submission to first step (s)", ["p3_running_cluster_s", "p3_cold_embedded_s"],
      ["running cluster", "cold embedded"], TARGETS["p3_running_s"]),
-    ("P4 node kill to next step (s)", ["p4_kill_to_next_step_s", "p4_detected_to_next_step_s"],
-     ["from kill", "from detection"], TARGETS["p4_next_step_s"]),
+    ("P4 worker node gone to next step (s)", ["p4_kill_to_next_step_s", "p4_kill_detected_to_next_step_s",
+                                              "p4_delete_to_next_step_s", "p4_delete_detected_to_next_step_s"],
+     ["SIGKILL", "SIGKILL, from detection", "pod deleted", "deleted, from detection"], TARGETS["p4_next_step_s"]),
+    ("P4 completed steps trained again", ["p4_kill_completed_steps_lost", "p4_delete_completed_steps_lost"],
+     ["SIGKILL", "pod deleted (SIGTERM)"], None),
     ("Scaling on 2 nodes (samples/s)", ["scaling_1_worker_samples_per_s", "scaling_2_workers_samples_per_s"],
      ["1 worker", "2 workers"], None),
     ("GPU ViT bf16 (samples/s)", ["gpu_vit_raw_torch_samples_per_s", "gpu_vit_ray_train_samples_per_s"],
@@ -64,7 +67,8 @@ def chart(figures: list[dict], path: Path, title: str) -> Path:
         lows = [by_name[n]["median"] - by_name[n]["min"] for n, _ in present]
         highs = [by_name[n]["max"] - by_name[n]["median"] for n, _ in present]
         xs = range(len(present))
-        ax.bar(xs, meds, yerr=[lows, highs], capsize=6, color=["#4c72b0", "#dd8452", "#55a868"][: len(present)])
+        colors = ["#4c72b0", "#dd8452", "#55a868", "#8172b3"]
+        ax.bar(xs, meds, yerr=[lows, highs], capsize=6, color=colors[: len(present)])
         ax.set_xticks(list(xs), [t for _, t in present])
         for x, m in zip(xs, meds):
             ax.annotate(f"{m:.0f}" if m >= 100 else f"{m:.3g}", (x, m), ha="center", va="bottom", xytext=(0, 3),

@@ -143,3 +143,75 @@ def test_actor_creation_time_comes_from_rays_task_events():
     finally:
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _train(model, optimizer, epochs_steps):
+    for steps in epochs_steps:
+        model.train()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(torch.randn(2, 4)).sum().backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, 4))
+
+
+def test_trained_steps_are_the_groups_known_completed_steps_and_lost_ones_those_past_the_resume_point(tmp_path):
+    """Real probe rows from a real loop: epochs of 4 steps, the node gone during epoch 3's third step."""
+    run_dir = tmp_path / "runs" / "p4-kill-0"
+    run_dir.mkdir(parents=True)
+    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
+    model = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
+                                  path=str(cluster.probe_file(run_dir)), every_step=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    _train(model, optimizer, [4, 4])
+    model.train()
+    for _ in range(3):
+        model(torch.randn(2, 4))
+    gone = time.time()
+    time.sleep(0.01)
+    model(torch.randn(2, 4))  # a delete side's group trains on to its checkpoint step: not counted at `gone`
+    done, per_epoch = cluster.trained_steps(run_dir, gone)
+    # Epoch 3's third forward began but nothing after it: only its first two steps are known finished.
+    assert done == [(1, s) for s in range(1, 5)] + [(2, s) for s in range(1, 5)] + [(3, 1), (3, 2)]
+    assert per_epoch == 4
+    assert cluster.steps_lost(done, 2, 0) == 2  # resumed from epoch 2's checkpoint: epoch 3's two steps again
+    assert cluster.steps_lost(done, 1, 0) == 6
+    assert cluster.steps_lost(done, 2, 2) == 0  # a checkpoint at epoch 3, step 2 (or later): nothing again
+    assert cluster.steps_lost(done, 2, 3) == 0
+    assert cluster.steps_lost(done, None, None) == len(done)  # started over: everything again
+    assert cluster.trained_steps(run_dir, 0) == ([], None)
+
+
+def test_a_resumed_groups_steps_count_from_its_start_event(tmp_path):
+    run_dir = tmp_path / "runs" / "p4-delete-0"
+    run_dir.mkdir(parents=True)
+    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
+    time.sleep(0.01)
+    runs.append_event(run_dir, "start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=3, world_size=2)
+    model = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
+                                  path=str(cluster.probe_file(run_dir)), every_step=True)
+    _train(model, torch.optim.SGD(model.parameters(), lr=0.1), [1, 4])  # the rest of epoch 3 (4 steps), epoch 4
+    done, per_epoch = cluster.trained_steps(run_dir, time.time())
+    assert done == [(3, 4)] + [(4, s) for s in range(1, 5)]
+    assert per_epoch is None  # no whole epoch seen in this group but its last, which it may not have finished
+
+
+def test_the_bench_cluster_gets_the_charts_prestop_hook_and_grace_period(tmp_path):
+    from raytrain.kube.render import default_chart_dir
+
+    values = yaml.safe_load((default_chart_dir() / "values.yaml").read_text())
+    hook, grace = cluster.chart_pre_stop()
+    assert grace == values["terminationGracePeriodSeconds"]
+    assert hook == ["raytrain", "drain", "--wait",
+                    str(values["terminationGracePeriodSeconds"] - values["preStopDrain"]["marginSeconds"])]
+    off = tmp_path / "values.yaml"
+    off.write_text(yaml.safe_dump({**values, "preStopDrain": {"enabled": False, "marginSeconds": 10}}))
+    assert cluster.chart_pre_stop(off) == ([], grace)
+
+
+def test_the_probed_config_asks_for_every_step_only_when_told():
+    config = {"model": {"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2}}
+    assert "every_step" not in cluster.probed_config(config, "p.jsonl")["model"]
+    assert cluster.probed_config(config, "p.jsonl", every_step=True)["model"]["every_step"] is True

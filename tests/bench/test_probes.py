@@ -105,3 +105,36 @@ def test_the_colon_form_of_an_import_path_builds_too(tmp_path):
     model = probes.FirstStepProbe(inner={"_component_": "torch.nn:Linear", "in_features": 3, "out_features": 1},
                                   path=str(tmp_path / "p.jsonl"))
     assert isinstance(model.inner, nn.Linear) and model.inner.in_features == 3
+
+
+def test_every_step_records_each_forward_with_its_phase_and_step(tmp_path):
+    """A phase is what a loop's model.train() at an epoch's start begins; evaluation forwards are recorded untagged
+    (they tell that the phase's last step finished)."""
+    path = tmp_path / "p.jsonl"
+    model = probes.FirstStepProbe(inner=LINEAR, path=str(path), every_step=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for steps in (3, 2):
+        model.train()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, 4))
+    forwards = [r for r in _rows(path) if r["event"] == probes.FORWARD]
+    assert [(r["train"], r.get("phase"), r.get("step")) for r in forwards] == [
+        (True, 1, 1), (True, 1, 2), (True, 1, 3), (False, None, None), (True, 2, 1), (True, 2, 2), (False, None, None)]
+    assert len({r["group"] for r in forwards}) == 1
+    assert [r["event"] for r in _rows(path) if r["event"] != probes.FORWARD] == [probes.STEP_BEGAN, probes.STEP_DONE]
+    again = probes.FirstStepProbe(inner=LINEAR, path=str(path), every_step=True)  # a restarted group: its own id
+    again(torch.zeros(1, 4))
+    assert _rows(path)[-1]["group"] != forwards[0]["group"] and _rows(path)[-1]["phase"] == 1
+
+
+def test_without_every_step_only_the_first_step_is_recorded(tmp_path):
+    path = tmp_path / "p.jsonl"
+    model = probes.FirstStepProbe(inner=LINEAR, path=str(path))
+    for _ in range(4):
+        model(torch.randn(2, 4))
+    assert [r["event"] for r in _rows(path)] == [probes.STEP_BEGAN, probes.STEP_DONE]
