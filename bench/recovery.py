@@ -18,9 +18,10 @@ CHECKPOINT_EVERY_EPOCHS = 1
 
 
 def p4_round(cluster, s: BenchSettings, work: Path, r: int, side: str) -> dict:
-    """Take the training worker's node away (`side`: "kill" or "delete") early in epoch 3, start it again as the
+    """Take the training worker's node away (`side`: "kill" or "delete") halfway into epoch 3, start it again as the
     RayCluster controller would, and time the next optimizer step; count the completed steps trained again: the
-    steps the worker group knew finished when the node was taken away, past the point the run resumed from."""
+    steps the worker group knew finished before it ended (at the kill, or at a drained group's own checkpoint), past
+    the point the run resumed from."""
     from raytrain import runs
 
     name = f"p4-{side}-{r}-{time.time_ns() % 10**8}"
@@ -36,7 +37,13 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int, side: str) -> dict:
     if len(runs.read_metrics(run_dir)) < 2:
         job.wait(60)
         raise RuntimeError(f"p4 {side}: job {name} did not reach epoch 2; its log ends:\n{job.tail()}")
-    time.sleep(0.3)  # into the next epoch, between checkpoints
+    # Halfway into epoch 3, between epoch checkpoints: what a SIGKILL loses there is visible, and what a deletion
+    # keeps (its checkpoint mid-epoch) too.
+    while job.alive() and time.time() < deadline and not past_half_of_epoch(run_dir, 3):
+        time.sleep(0.05)
+    if not past_half_of_epoch(run_dir, 3):
+        job.wait(60)
+        raise RuntimeError(f"p4 {side}: job {name} did not reach the middle of epoch 3; its log ends:\n{job.tail()}")
     deletion = None
     if side == "kill":
         victim, t_gone = kill_training_node(cluster)
@@ -59,20 +66,30 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int, side: str) -> dict:
                            f"log ends:\n{job.tail()}")
     # The log's timestamps have millisecond resolution; a detection logged within that of the kill still counts.
     detected = controller_log_time([Path(n.temp_dir) for n in cluster.nodes], FAILURE_DECIDED, t_gone - 0.001)
-    done, steps_per_epoch = trained_steps(run_dir, t_gone)
+    resume = restarted.get("resumed_from_epoch"), restarted.get("resumed_at_step")
+    # Completed when the node went away, and by the time the next group started: a deleted pod's group trains on to
+    # the step it checkpoints at, and those steps count too. A killed one's group ends at the kill: the same steps.
+    at_event, steps_per_epoch = trained_steps(run_dir, t_gone)
+    by_end, _ = trained_steps(run_dir, restarted["time"])
     row = {"side": side, "node": victim.spec.name, "to_next_step_s": step - t_gone,
            "detected_to_next_step_s": step - detected if detected else None,
            "to_detected_s": detected - t_gone if detected else None,
-           "steps_completed_at_event": len(done), "last_step_at_event": list(done[-1]) if done else None,
-           "resumed_from_epoch": restarted.get("resumed_from_epoch") or 0,
-           "resumed_at_step": restarted.get("resumed_at_step") or 0,
-           "completed_steps_lost": steps_lost(done, restarted.get("resumed_from_epoch"),
-                                              restarted.get("resumed_at_step")),
+           "steps_completed_at_event": len(at_event), "last_step_at_event": list(at_event[-1]) if at_event else None,
+           "steps_completed_by_group_end": len(by_end), "last_step_by_group_end": list(by_end[-1]) if by_end else None,
+           "resumed_from_epoch": resume[0] or 0, "resumed_at_step": resume[1] or 0,
+           "completed_steps_lost_at_event": steps_lost(at_event, *resume),
+           "completed_steps_lost": steps_lost(by_end, *resume),
            "steps_per_epoch": steps_per_epoch, "node_back_before_step": node_back_before_step, "job_status": state}
     if deletion:
         row.update(pre_stop_rc=outcome.get("pre_stop_rc"), pre_stop_s=outcome.get("pre_stop_s"),
                    sigkilled=len(outcome.get("killed") or []))
     return row
+
+
+def past_half_of_epoch(run_dir: Path, epoch: int) -> bool:
+    """Whether rank 0 is known to have completed half of `epoch`'s steps (as many as a whole epoch before had)."""
+    done, per_epoch = trained_steps(run_dir, time.time())
+    return per_epoch is not None and any(e == epoch and s >= max(1, per_epoch // 2) for e, s in done)
 
 
 def bench_recovery(cluster, s: BenchSettings, work: Path, log: Callable[[str], None]) -> list[dict]:
@@ -101,8 +118,8 @@ def recovery_figures(kill: list[dict], delete: list[dict]) -> list[dict]:
                    met=med is not None and med <= TARGETS["p4_next_step_s"])]
     kill_lost = [x["completed_steps_lost"] for x in kill]
     interval = min((x["steps_per_epoch"] for x in kill if x.get("steps_per_epoch")), default=None)
-    note = ("steps rank 0 knew finished when the node went away (its next forward pass had begun) that the resumed "
-            "run trains again")
+    note = ("steps rank 0 knew finished (its next forward pass had begun) before its worker group ended, at the kill "
+            "or at the drained group's own checkpoint, that the resumed run trains again")
     figures.append(figure("p4_kill_completed_steps_lost", "steps", kill_lost,
                           target=f"<= 1 interval ({CHECKPOINT_EVERY_EPOCHS} epoch = {interval} steps)",
                           met=bool(kill_lost) and interval is not None and max(kill_lost) <= interval,

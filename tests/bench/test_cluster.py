@@ -182,6 +182,8 @@ def test_trained_steps_are_the_groups_known_completed_steps_and_lost_ones_those_
     assert cluster.steps_lost(done, 2, 3) == 0
     assert cluster.steps_lost(done, None, None) == len(done)  # started over: everything again
     assert cluster.trained_steps(run_dir, 0) == ([], None)
+    # By the group's end, the step it went on to (a drained group's, up to its checkpoint) counts as well.
+    assert cluster.trained_steps(run_dir, time.time())[0] == done + [(3, 3)]
 
 
 def test_a_resumed_groups_steps_count_from_its_start_event(tmp_path):
