@@ -12,6 +12,7 @@ import yaml
 
 from bench import cluster, probes
 from raytrain import runs
+from tests.bench.support import LINEAR, probed_run, train_epochs
 
 
 def test_wait_row_returns_the_first_row_at_or_after_the_time_or_none_when_the_job_ended(tmp_path):
@@ -145,30 +146,11 @@ def test_actor_creation_time_comes_from_rays_task_events():
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _train(model, optimizer, epochs_steps):
-    for steps in epochs_steps:
-        model.train()
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(torch.randn(2, 4)).sum().backward()
-            optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            model(torch.zeros(1, 4))
-
-
 def test_trained_steps_are_the_groups_known_completed_steps_and_lost_ones_those_past_the_resume_point(tmp_path):
     """Real probe rows from a real loop: epochs of 4 steps, the node gone during epoch 3's third step."""
-    run_dir = tmp_path / "runs" / "p4-kill-0"
-    run_dir.mkdir(parents=True)
-    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
-    model = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
-                                  path=str(cluster.probe_file(run_dir)), every_step=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    _train(model, optimizer, [4, 4])
-    model.train()
-    for _ in range(3):
-        model(torch.randn(2, 4))
+    run_dir, model = probed_run(tmp_path, "p4-kill-0")
+    train_epochs(model, [4, 4])
+    train_epochs(model, [3], evaluate=False)
     gone = time.time()
     time.sleep(0.01)
     model(torch.randn(2, 4))  # a delete side's group trains on to its checkpoint step: not counted at `gone`
@@ -192,9 +174,8 @@ def test_a_resumed_groups_steps_count_from_its_start_event(tmp_path):
     runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
     time.sleep(0.01)
     runs.append_event(run_dir, "start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=3, world_size=2)
-    model = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
-                                  path=str(cluster.probe_file(run_dir)), every_step=True)
-    _train(model, torch.optim.SGD(model.parameters(), lr=0.1), [1, 4])  # the rest of epoch 3 (4 steps), epoch 4
+    model = probes.FirstStepProbe(inner=LINEAR, path=str(cluster.probe_file(run_dir)), every_step=True)
+    train_epochs(model, [1, 4])  # the rest of epoch 3 (4 steps), epoch 4
     done, per_epoch = cluster.trained_steps(run_dir, time.time())
     assert done == [(3, 4)] + [(4, s) for s in range(1, 5)]
     assert per_epoch is None  # no whole epoch seen in this group but its last, which it may not have finished

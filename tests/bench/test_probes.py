@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from bench import probes
+from tests.bench.support import train_epochs
 
 REPO = Path(__file__).resolve().parents[2]
 LINEAR = {"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2}
@@ -63,6 +64,7 @@ import sys
 import torch
 import torch.distributed as dist
 from bench import probes
+from tests.bench.support import train_epochs
 
 rank, init_file, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
@@ -112,16 +114,7 @@ def test_every_step_records_each_forward_with_its_phase_and_step(tmp_path):
     (they tell that the phase's last step finished)."""
     path = tmp_path / "p.jsonl"
     model = probes.FirstStepProbe(inner=LINEAR, path=str(path), every_step=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for steps in (3, 2):
-        model.train()
-        for _ in range(steps):
-            optimizer.zero_grad()
-            model(torch.randn(8, 4)).sum().backward()
-            optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            model(torch.zeros(1, 4))
+    train_epochs(model, [3, 2])
     forwards = [r for r in _rows(path) if r["event"] == probes.FORWARD]
     assert [(r["train"], r.get("phase"), r.get("step")) for r in forwards] == [
         (True, 1, 1), (True, 1, 2), (True, 1, 3), (False, None, None), (True, 2, 1), (True, 2, 2), (False, None, None)]

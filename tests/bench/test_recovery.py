@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from bench import cluster, probes, recovery
-from raytrain import runs
+from bench import recovery
+from tests.bench.support import probed_run, train_epochs
 
 
 def _row(side, lost, per_epoch=11, detected=2.0, next_step=9.0):
@@ -51,18 +51,9 @@ def test_no_detection_leaves_its_figures_empty_not_failed():
 
 
 def test_the_node_goes_away_once_rank_zero_completed_half_of_the_epoch(tmp_path):
-    run_dir = tmp_path / "runs" / "p4-kill-0"
-    run_dir.mkdir(parents=True)
-    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
-    model = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
-                                  path=str(cluster.probe_file(run_dir)), every_step=True)
-    for steps in (4, 4, 2):  # epochs of 4 steps, then epoch 3's first two forward passes
-        model.train()
-        for _ in range(steps):
-            model(torch.randn(2, 4))
-        if steps == 4:
-            model.eval()
-            model(torch.zeros(1, 4))
+    run_dir, model = probed_run(tmp_path, "p4-kill-0")
+    train_epochs(model, [4, 4])  # epochs of 4 steps
+    train_epochs(model, [2], evaluate=False)  # epoch 3's first two forward passes
     assert not recovery.past_half_of_epoch(run_dir, 3)  # epoch 3's second step began: not known done
     model(torch.randn(2, 4))  # the third began: the second is done
     assert recovery.past_half_of_epoch(run_dir, 3)
