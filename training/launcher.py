@@ -168,10 +168,10 @@ def summarize(run_dir: Path, status: str, started: float, error: Optional[str] =
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
-                  lease_token: Optional[int] = None):
+                  lease_token: Optional[int] = None, on_cluster: bool = False):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
     `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.lease) whose
-    workers commit to run_dir."""
+    workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics)."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -181,7 +181,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     return TorchTrainer(
         worker_entry,
         train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],
-                           "working_dir": str(code_dir) if code_dir else None, "lease_token": lease_token},
+                           "working_dir": str(code_dir) if code_dir else None, "lease_token": lease_token,
+                           "telemetry_linger": on_cluster},
         scaling_config=ray.train.ScalingConfig(
             num_workers=cfg.scaling.num_workers,
             use_gpu=cfg.scaling.use_gpu,
@@ -212,7 +213,7 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
     except LaunchError as err:
         runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
         raise
-    trainer = build_trainer(cfg, run_dir, per_worker, lease_token=lease_token)
+    trainer = build_trainer(cfg, run_dir, per_worker, lease_token=lease_token, on_cluster=address is not None)
     shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
     console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
                  f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", out=out,

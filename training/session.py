@@ -287,6 +287,7 @@ class Session(ABC):
     _node_draining: Optional[Callable[[], bool]] = None
 
     _lease_token: Optional[int] = None  # the attempt this worker trains for (None: no lease, no stop requests)
+    _telemetry_linger = False  # a joined cluster, whose Prometheus scrapes the workers' metrics
 
     def _state(self, epoch: int, model: "nn.Module", optimizer: Any, stateful: dict, step: int = 0) -> dict:
         return {"model_state": unwrap(model).state_dict(),
@@ -438,6 +439,11 @@ class RayTrainSession(Session):
     def _checkpointed(self) -> None:
         self.telemetry.checkpointed()
 
+    def finished(self) -> None:
+        """The loop returned: on a cluster, rank 0 lingers until the last values were exported (telemetry)."""
+        if self._telemetry_linger:
+            self.telemetry.linger()
+
     @property
     def device(self) -> "torch.device":
         return self._device
@@ -511,10 +517,12 @@ def worker_entry(loop_config: dict) -> None:
     cfg = config_from_dict(loop_config["config"])
     session = RayTrainSession(cfg, Path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
                               loop_config.get("lease_token"))
+    session._telemetry_linger = bool(loop_config.get("telemetry_linger"))
     try:
         components.instantiate(cfg.loop, session)
     except StopTraining:
         return  # checkpointed (unless the lease was lost); the driver writes the result
+    session.finished()
 
 
 def quiet_report_logs() -> None:

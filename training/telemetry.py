@@ -21,6 +21,7 @@ training thread.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -112,9 +113,24 @@ class RunTelemetry:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._set(gauge, value)
 
+    def linger(self) -> None:
+        """Rank 0, once the loop has returned: keep the last values alive for one of Ray's metric reports, which a
+        worker sends every RAY_metrics_report_interval_ms (10 s by default) and not when it exits: without this
+        the last epoch's values may never reach Prometheus, and the dashboard would show the epoch before."""
+        if self.rank_zero:
+            time.sleep(report_interval_s() + REFRESH_S)
+
     def checkpointed(self, when: Optional[float] = None) -> None:
         if self.rank_zero:
             self._set("raytrain_last_checkpoint_timestamp_seconds", time.time() if when is None else when)
+
+
+def report_interval_s() -> float:
+    """How often this Ray worker sends its metrics to the node's agent (Ray's RAY_metrics_report_interval_ms)."""
+    try:
+        return max(float(os.environ.get("RAY_metrics_report_interval_ms", "10000")) / 1000.0, 0.0)
+    except ValueError:
+        return 10.0
 
 
 def checkpoint_time(run_dir: Path) -> Optional[float]:
