@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from raytrain import lease as leases
 from raytrain.kube import localcluster
 from tests.support import checks
 
@@ -116,6 +117,7 @@ def test_a_sigkilled_holder_is_taken_over_after_the_stated_time_and_its_ray_stop
     run_dir, holder = long_run_at_epoch_3(tmp_path, "killed")
     try:
         ray_processes = localcluster.tree_pids(holder.pid)[1:]
+        killed = time.monotonic()
         os.kill(holder.pid, signal.SIGKILL)
         refused = run(tmp_path, "killed")
         assert refused.returncode == 1 and f"taken over {TTL_S} s after its last renewal" in refused.stderr
@@ -126,8 +128,10 @@ def test_a_sigkilled_holder_is_taken_over_after_the_stated_time_and_its_ray_stop
     finally:
         stop(holder)
     assert taker.returncode == 0, taker.stdout[-2000:] + taker.stderr[-3000:]
-    assert "waiting for the lease" in taker.stdout and "attempt 2 holds run killed" in taker.stdout
-    assert waited >= 1, waited
+    assert "attempt 2 holds run killed" in taker.stdout
+    # Renewed every ttl/RENEWALS_PER_TTL: until then after the kill the lease is surely live and the taker must wait.
+    if began - killed < TTL_S - TTL_S / leases.RENEWALS_PER_TTL:
+        assert "waiting for the lease" in taker.stdout and waited >= 1, (waited, taker.stdout[-2000:])
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "succeeded" and result["attempt"] == 2 and result["resumed_from_epoch"] >= 2
     checks.assert_run_completed(run_dir, epochs)
