@@ -1,5 +1,5 @@
-"""The run lease on a real directory: exclusive claims, refusal naming the holder, takeover of a stale holder,
-fencing of a holder that lost it (also when it was paused), release."""
+"""The run lease on a real directory: exclusive claims, refusal naming a holder that renews, takeover of one that
+stopped renewing (no flag needed), fencing of a holder that lost it (also when it was paused), release."""
 
 from __future__ import annotations
 
@@ -13,29 +13,32 @@ from raytrain import runs
 from raytrain.lease import Fence, Lease, LeaseHeld, LeaseLost
 
 
-def test_a_second_start_is_refused_naming_the_holder_and_the_takeover_time(tmp_path):
-    first = Lease(tmp_path, ttl_s=30).acquire()
+def test_a_second_start_is_refused_once_it_sees_the_holder_renew(tmp_path):
+    first = Lease(tmp_path, ttl_s=3).acquire()  # renews every 0.6 s
     try:
+        told = []
         with pytest.raises(LeaseHeld) as refused:
-            Lease(tmp_path, ttl_s=30).acquire()
+            Lease(tmp_path, ttl_s=3).acquire(poll_s=0.1, notify=told.append)
         message = str(refused.value)
-        assert f"attempt 1 on host {first.host}, pid {first.pid}" in message
-        assert "taken over 30 s after its last renewal" in message and "--wait-for-lease" in message
+        assert f"attempt 1 on host {first.host}, pid {first.pid}" in message and "so it is running" in message
+        assert "taken over 3 s after its last renewal" in message and "--wait-for-lease" in message
+        assert "watching its lease" in told[0]
     finally:
         first.release()
-    second = Lease(tmp_path, ttl_s=30).acquire()  # released: the next start takes it at once
+    second = Lease(tmp_path, ttl_s=3).acquire()  # released: the next start takes it at once
     assert second.token == 2
     second.release()
 
 
-def test_a_holder_that_stopped_renewing_is_taken_over_after_its_ttl_and_can_no_longer_commit(tmp_path):
+def test_a_holder_that_stopped_renewing_is_taken_over_at_its_expiry_without_a_flag(tmp_path):
+    """A killed driver, or a RayJob's retry after a lost head pod: the next start waits out the TTL, no more."""
     stale = Lease(tmp_path, ttl_s=2).acquire()
     stale._stop.set()  # its process is paused: no more renewals
-    with pytest.raises(LeaseHeld):
-        Lease(tmp_path, ttl_s=2).acquire()
-    time.sleep(2.2)
-    taker = Lease(tmp_path, ttl_s=2).acquire()
+    expires, told = leases.current_holder(tmp_path).expires(), []
+    taker = Lease(tmp_path, ttl_s=2).acquire(poll_s=0.1, notify=told.append)
+    assert time.time() >= expires  # not before its stated takeover time
     assert taker.token == stale.token + 1
+    assert "attempt 1" in told[0] and "if not, it has died and is taken over at" in told[0]
     with pytest.raises(LeaseLost):  # gave itself up: no renewal for 3/4 of its ttl
         stale.check()
     with pytest.raises(LeaseLost, match="attempt 1 lost run directory .* to attempt 2"):
@@ -67,7 +70,7 @@ def test_renewal_keeps_a_live_holder_and_commits_carry_its_token(tmp_path):
     try:
         time.sleep(1.5)  # longer than the ttl: only renewals keep it
         with pytest.raises(LeaseHeld):
-            Lease(tmp_path, ttl_s=1.2).acquire()
+            Lease(tmp_path, ttl_s=1.2).acquire(poll_s=0.1)
         runs.append_metrics(tmp_path, {"epoch": 1})
         runs.write_result(tmp_path, {"status": "succeeded"})
     finally:
@@ -84,12 +87,15 @@ def test_claims_are_exclusive_so_tokens_only_grow(tmp_path):
     assert leases._create_exclusive(path, {"token": 7})
     assert not leases._create_exclusive(path, {"token": 7})
     assert json.loads(path.read_text()) == {"token": 7}
-    # a claim with no lease.json yet (its claimant is about to write it) is the current holder
+    # a claim with no lease.json yet (its claimant is about to write it) is the current holder: a start waits
+    # for it, and takes over only once its claim is ttl_s old with no lease.json written
     (tmp_path / leases.CLAIMS_DIR / "8.json").write_text(json.dumps(
-        {"token": 8, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
+        {"token": 8, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 1}))
     assert leases.current_holder(tmp_path).token == 8
-    with pytest.raises(LeaseHeld, match="attempt 8 on host h"):
-        Lease(tmp_path).acquire()
+    told = []
+    taker = Lease(tmp_path).acquire(poll_s=0.1, notify=told.append)
+    assert "attempt 8 on host h" in told[0] and taker.token == 9
+    taker.release()
 
 
 def test_wait_for_lease_takes_over_when_the_holder_releases(tmp_path):
@@ -99,5 +105,5 @@ def test_wait_for_lease_takes_over_when_the_holder_releases(tmp_path):
     threading.Timer(0.6, holder.release).start()
     told = []
     waiter = Lease(tmp_path, ttl_s=30).acquire(wait=True, poll_s=0.1, notify=told.append)
-    assert waiter.token == 2 and "waiting for the lease" in told[0]
+    assert waiter.token == 2 and "waiting until it ends" in told[0]
     waiter.release()

@@ -1,7 +1,8 @@
 """One attempt of `raytrain run`, around the launcher: what is decided before Ray starts, and how it ends.
 
 Before Ray starts: the storage is writable by this user (raytrain.storage); the run's lease is held
-(raytrain.lease; refused at once naming the holder, or awaited with --wait-for-lease); torn checkpoints are
+(raytrain.lease: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or is
+awaited with --wait-for-lease); torn checkpoints are
 removed and the resume is checked (raytrain.preflight.check_resume). The driver's console lines are kept beside the
 run by raytrain.console (the cli starts the copy), so a failed attempt's log outlives its pod.
 

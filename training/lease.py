@@ -140,12 +140,11 @@ def current_holder(run_dir: Path) -> Optional[Holder]:
 
 
 def held_message(run_dir: Path, holder: Holder, now: float) -> str:
-    wait = max(holder.expires() - now, 0)
-    return (f"run directory {run_dir} is in use by another attempt of this run ({holder.describe(now)}). Two "
-            f"attempts writing one run would mix their checkpoints and metrics. If that attempt has stopped "
-            f"without releasing its lease, it is taken over {holder.ttl_s:.0f} s after its last renewal (at "
-            f"{_utc(holder.expires())}, in {wait:.0f} s). Fix: wait for it to finish or stop it, start this one "
-            f"with --wait-for-lease to take over as soon as it ends, or train under another --name.")
+    return (f"run directory {run_dir} is in use by another attempt of this run ({holder.describe(now)}): it renewed "
+            f"its lease while this start watched, so it is running. Two attempts writing one run would mix their "
+            f"checkpoints and metrics. Fix: wait for it to finish or stop it, start this one with --wait-for-lease "
+            f"to take over as soon as it ends, or train under another --name. (An attempt that dies without "
+            f"releasing its lease needs no flag: it is taken over {holder.ttl_s:.0f} s after its last renewal.)")
 
 
 def token_in(run_dir: Path) -> int:
@@ -198,19 +197,25 @@ class Lease(Fence):
 
     def acquire(self, wait: bool = False, poll_s: float = 1.0, notify: Callable[[str], None] = lambda _: None,
                 ) -> "Lease":
-        """Take the lease, or raise LeaseHeld naming the live holder; with wait, poll until it is free."""
+        """Take the lease. A holder that stopped renewing (its attempt died: a killed driver, a lost pod, the
+        RayJob's retry after either) is taken over once its renewal is ttl_s old. One that renews while this
+        start watches is running: LeaseHeld names it, or with `wait` this start waits until it ends."""
         (self.run_dir / CLAIMS_DIR).mkdir(parents=True, exist_ok=True)
-        told = False
+        watched: Optional[Holder] = None
         while True:
             now = time.time()
             holder = current_holder(self.run_dir)
             if holder is not None and holder.live(now):
-                if not wait:
+                renewed = watched is not None and (holder.token, holder.renewed) != (watched.token, watched.renewed)
+                if renewed and not wait:
                     raise LeaseHeld(held_message(self.run_dir, holder, now))
-                if not told:
-                    notify(f"waiting for the lease of {self.run_dir}: {holder.describe(now)}; "
-                           f"taken over by {_utc(holder.expires())} if it stops renewing")
-                    told = True
+                if watched is None:
+                    takeover = f"taken over at {_utc(holder.expires())} (in {holder.expires() - now:.0f} s)"
+                    notify(f"run directory {self.run_dir} is held by {holder.describe(now)}; " + (
+                        f"waiting until it ends (if it has died, it is {takeover})" if wait else
+                        f"watching its lease: if it renews, that attempt is running and this one stops; if not, it "
+                        f"has died and is {takeover}"))
+                watched = holder
                 time.sleep(poll_s)
                 continue
             token = max(holder.token if holder else 0, max(_claims(self.run_dir), default=0)) + 1

@@ -29,8 +29,9 @@ def add_address_option(parser: argparse.ArgumentParser) -> None:
 def add_lease_option(parser: argparse.ArgumentParser) -> None:
     """`raytrain run` only: what a start does when another attempt of the run holds it (raytrain.lease)."""
     parser.add_argument("--wait-for-lease", action="store_true",
-                        help="if another attempt of this run holds it, wait for it to end (or to be taken over "
-                             "after it stops renewing) instead of exiting")
+                        help="if another running attempt of this run holds it (it keeps renewing its lease), wait for "
+                             "it to end instead of exiting; one that has died is taken over after the lease TTL "
+                             "without this flag")
 
 
 Override = Union[str, tuple[str, str]]  # KEY=VALUE from --set, or (KEY=VALUE, the option it came from)
