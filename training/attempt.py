@@ -180,6 +180,12 @@ class Attempt:
                 except BaseException as error:  # handed to the main thread
                     box["error"] = error
                 finally:
+                    # Shut Ray down in the thread that started it: an embedded Ray's gcs and raylet are forked
+                    # with PR_SET_PDEATHSIG=SIGKILL (ray._private.utils), which fires when the forking *thread*
+                    # exits. Left to the main thread, they were SIGKILLed here and ray.shutdown() then spent
+                    # 13-20 s in timeouts talking to them.
+                    if self.lost is None:
+                        self._shutdown_ray()
                     self.wake.set()
 
             worker = threading.Thread(target=body, name="raytrain-launcher", daemon=True)

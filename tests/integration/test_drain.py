@@ -50,10 +50,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 @ray.remote(num_cpus=1)
 class RayTrainWorker:
-    def watch(self, marker, timeout):
+    def watch(self, marker, stop, timeout):
+        import os
         from raytrain.drain import node_draining
         began = time.monotonic()
-        while time.monotonic() - began < timeout:
+        while time.monotonic() - began < timeout and not os.path.exists(stop):
             if node_draining():
                 time.sleep(3)  # its checkpoint
                 with open(marker, "w") as f:
@@ -69,7 +70,7 @@ workers, refs = {}, {}
 for name, ip in ips.items():
     workers[name] = RayTrainWorker.options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(ids[ip], soft=False)).remote()
-    refs[name] = workers[name].watch.remote(sys.argv[3] + "/" + name + ".drained", 90)
+    refs[name] = workers[name].watch.remote(sys.argv[3] + "/" + name + ".drained", sys.argv[3] + "/stop", 90)
 print("watching", flush=True)
 results = {}
 for name, ref in refs.items():
@@ -108,6 +109,8 @@ def test_a_deleted_worker_pod_drains_its_node_and_its_workers_end_before_the_gra
         done = subprocess.run([sys.executable, "-m", "raytrain.cli", "cluster", "delete-node", cluster.run_id,
                                "worker-0"], capture_output=True, text=True, timeout=GRACE_S + 30, cwd=REPO)
         took = time.monotonic() - deleted
+        time.sleep(2)  # a drain the other node's watcher would (wrongly) see has reached it by now
+        (tmp_path / "stop").touch()
         output, _ = driver.communicate(timeout=120)
     finally:
         driver.kill()
