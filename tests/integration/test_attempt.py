@@ -1,6 +1,6 @@
-"""One writer per run and a graceful end, through the real CLI on embedded Ray: two concurrent starts of one run,
-a SIGKILLed holder taken over after the stated time by a plain start (its Ray stopped by the watchdog), a SIGSTOPped holder that
-writes nothing once resumed, SIGTERM to the driver.
+"""One writer per run and a graceful end, through the real CLI on embedded Ray: a SIGKILLed holder taken over after
+the stated time by a plain start (its Ray stopped by the watchdog), a SIGSTOPped holder that writes nothing once
+resumed, and one run's life: a concurrent start refused, SIGTERM mid-epoch, an honest resume at the next step.
 
     .venv/bin/pytest -m integration tests/integration/test_attempt.py -v --durations=0
 """
@@ -88,31 +88,6 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def test_a_second_concurrent_start_is_refused_and_sigterm_ends_the_first_with_a_result(tmp_path):
-    run_dir, first = long_run_at_epoch_3(tmp_path, "two")
-    try:
-        second = run(tmp_path, "two", "--set", "train.epochs=400")
-        assert second.returncode == 1, second.stdout + second.stderr
-        assert f"is in use by another attempt of this run (attempt 1 on host" in second.stderr
-        assert f"pid {first.pid}" in second.stderr and "it renewed its lease while this start watched" in second.stderr
-        assert "started embedded Ray" not in second.stdout  # refused before Ray starts
-
-        ray_processes = localcluster.tree_pids(first.pid)[1:]
-        first.send_signal(signal.SIGTERM)
-        output, _ = first.communicate(timeout=120)
-    finally:
-        stop(first)
-    assert first.returncode == 128 + signal.SIGTERM, output[-3000:]
-    assert "received SIGTERM" in output and "stopped by SIGTERM after" in output
-    assert "Traceback" not in output and "SIGSEGV" not in output and "*** " not in output, output[-3000:]
-    result = json.loads((run_dir / "result.json").read_text())
-    assert result["status"] == "stopped" and result["signal"] == "SIGTERM" and result["attempt"] == 1
-    assert result["epochs_completed"] == max(checks.metrics_epochs(run_dir))  # counted after the workers stopped
-    assert Path(result["checkpoint"]).name in {p.name for p in run_dir.glob("checkpoint_*")}
-    assert "received SIGTERM" in driver_log(run_dir, first.pid).read_text()
-    assert_stopped(ray_processes)
-
-
 def test_a_sigkilled_holder_is_taken_over_after_the_stated_time_and_its_ray_stops(tmp_path):
     """What a RayJob's retry meets after its driver was killed: a plain start (no --wait-for-lease) waits out the
     dead holder's TTL, then takes over and resumes."""
@@ -168,38 +143,24 @@ def test_a_sigstopped_holder_resumed_after_a_takeover_writes_nothing(tmp_path):
     checks.assert_run_completed(run_dir, epochs)
 
 
-def test_a_resume_applies_a_new_learning_rate_and_refuses_a_new_model_shape_before_ray(tmp_path):
-    run_dir = tmp_path / "honest"
-    first = run(tmp_path, "honest", "--set", "train.epochs=4", "--set", "run.checkpoint_every=2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    record = (run_dir / "result.json").read_bytes()
-
-    refused = run(tmp_path, "honest", "--set", "train.epochs=6", "--set", "model.hidden=64")
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "model.hidden: 32 in the checkpoint, 64 now" in refused.stderr and "another --name" in refused.stderr
-    assert "started embedded Ray" not in refused.stdout and "Traceback" not in refused.stderr
-    assert (run_dir / "result.json").read_bytes() == record  # the trained attempt's record stands
-    assert "hidden: 32" in (run_dir / "config.yaml").read_text()
-
-    resumed = run(tmp_path, "honest", "--set", "train.epochs=6", "--set", "train.lr=0.5")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resume applies train.lr=0.5 (the checkpoint trained with 0.01)" in resumed.stdout
-    restored = [e for e in checks.read_jsonl(run_dir / "events.jsonl") if e["event"] == "restored"]
-    assert restored[-1]["applied"] == {"train.lr": 0.5}
-    assert "lr: 0.5" in (run_dir / "config.yaml").read_text()
-    checks.assert_run_completed(run_dir, 6)
-    history = checks.read_jsonl(run_dir / "results.jsonl")
-    assert [(r["status"], r["attempt"]) for r in history] == [("succeeded", 1), ("succeeded", 3)]
-
-
-def test_sigterm_mid_epoch_checkpoints_at_the_next_step_and_the_resume_loses_no_step(tmp_path):
+def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_resumes_there_honestly(tmp_path):
+    """One run's life: a second start while it trains is refused before Ray; SIGTERM mid-epoch checkpoints at the
+    next step and ends it with a result; a resume that changes the model is refused before Ray, and one that changes
+    the learning rate applies it and loses no step."""
     run_dir = tmp_path / "graceful"
     args = ["--set", "data.num_samples=20000", "--set", "run.checkpoint_every_steps=300",  # ~830 steps an epoch
-            "--set", "run.keep_checkpoints=20"]
-    driver = start(tmp_path, "graceful", "--set", "train.epochs=3", *args)
+            "--set", "run.keep_checkpoints=20", "--set", "train.epochs=4"]
+    driver = start(tmp_path, "graceful", *args)
     try:
         wait_for_epoch(driver, run_dir, 1)
-        time.sleep(2)  # into epoch 2
+        ray_processes = localcluster.tree_pids(driver.pid)[1:]
+        second = run(tmp_path, "graceful", *args)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert "is in use by another attempt of this run (attempt 1 on host" in second.stderr
+        assert f"pid {driver.pid}" in second.stderr and "it renewed its lease while this start watched" in second.stderr
+        assert "started embedded Ray" not in second.stdout  # refused before Ray starts
+
+        assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < 4, "the run ended before its SIGTERM"
         signalled = time.monotonic()
         driver.send_signal(signal.SIGTERM)
         output, _ = driver.communicate(timeout=120)
@@ -207,17 +168,37 @@ def test_sigterm_mid_epoch_checkpoints_at_the_next_step_and_the_resume_loses_no_
     finally:
         stop(driver)
     assert driver.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "received SIGTERM" in output and "stopped by SIGTERM after" in output
     assert "the workers checkpoint at their next step and stop" in output and "did not stop within" not in output
+    assert "Traceback" not in output and "SIGSEGV" not in output and "*** " not in output, output[-3000:]
     assert stopped_in < 30, stopped_in  # inside Kubernetes' default grace period
     result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "stopped" and result["signal"] == "SIGTERM" and result["attempt"] == 1
+    assert result["epochs_completed"] == max(checks.metrics_epochs(run_dir))  # counted after the workers stopped
     meta = json.loads((Path(result["checkpoint"]) / "meta.json").read_text())
-    assert result["status"] == "stopped" and meta["epoch"] >= 1 and meta["step"] > 0, (result, meta)
+    assert meta["epoch"] >= 1 and meta["step"] > 0, (result, meta)
     assert any("_step00000300_" in p.name for p in run_dir.glob("checkpoint_*"))  # checkpoint_every_steps
+    assert "received SIGTERM" in driver_log(run_dir, driver.pid).read_text()
+    assert_stopped(ray_processes)
 
-    resumed = run(tmp_path, "graceful", "--set", "train.epochs=3", *args)
+    record = (run_dir / "result.json").read_bytes()
+    refused = run(tmp_path, "graceful", *args, "--set", "model.hidden=64")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "model.hidden: 32 in the checkpoint, 64 now" in refused.stderr and "another --name" in refused.stderr
+    assert "started embedded Ray" not in refused.stdout and "Traceback" not in refused.stderr
+    assert (run_dir / "result.json").read_bytes() == record  # the stopped attempt's record stands
+    assert "hidden: 32" in (run_dir / "config.yaml").read_text()
+
+    resumed = run(tmp_path, "graceful", *args, "--set", "train.lr=0.02")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume applies train.lr=0.02 (the checkpoint trained with 0.01)" in resumed.stdout
+    restored = [e for e in checks.read_jsonl(run_dir / "events.jsonl") if e["event"] == "restored"]
+    assert restored[-1]["applied"] == {"train.lr": 0.02}
+    assert "lr: 0.02" in (run_dir / "config.yaml").read_text()
     start_event = checks.starts(run_dir)[-1]
     assert (start_event["start_epoch"], start_event["resumed_at_step"]) == (meta["epoch"] + 1, meta["step"])
-    checks.assert_run_completed(run_dir, 3)  # one row per epoch, each once
+    checks.assert_run_completed(run_dir, 4)  # one row per epoch, each once
     samples = [row["samples"] for row in checks.read_jsonl(run_dir / "metrics.jsonl")]
-    assert samples == [samples[0]] * 3, samples  # the stopped epoch counts every sample once: no step lost or redone
+    assert samples == [samples[0]] * 4, samples  # the stopped epoch counts every sample once: no step lost or redone
+    history = checks.read_jsonl(run_dir / "results.jsonl")
+    assert [(r["status"], r["attempt"]) for r in history] == [("stopped", 1), ("succeeded", 3)]
