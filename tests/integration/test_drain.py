@@ -160,7 +160,7 @@ def _emulated_run(tmp_path: Path):
     from tests.integration.test_emulate import Emulation, run_dir, variant
 
     job = variant(REPO / "manifests" / "rayjob-standalone.yaml", tmp_path / "rayjob.yaml",
-                  job={"train": {"epochs": 2}, "data": {"num_samples": 120000},  # ~20 s an epoch here
+                  job={"train": {"epochs": 2}, "data": {"num_samples": 60000},  # ~10 s an epoch here
                        "run": {"checkpoint_every": 1, "keep_checkpoints": 20}})
     run = Emulation(str(job))
     run_id = run.run_id()
