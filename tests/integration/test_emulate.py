@@ -164,7 +164,8 @@ def _no_leftovers():
 # --------------------------------------------------------------------------------------------------- tests
 
 def test_rayjob_with_kind_values_succeeds_with_workers_on_several_nodes(tmp_path):
-    """Acceptance: manifests/rayjob.yaml on the chart's kind values, as it is."""
+    """Acceptance: manifests/rayjob.yaml on the chart's kind values, as it is. The checks scripts/kind-e2e runs on
+    its artifacts (tests/e2e/kind_artifacts.py) pass on this real finished run, and catch a pod loss it never had."""
     run = Emulation(str(REPO / "manifests" / "rayjob.yaml"), "--values", str(KIND_VALUES))
     run_id = run.run_id()
     code, output, seconds = run.finish()
@@ -175,6 +176,18 @@ def test_rayjob_with_kind_values_succeeds_with_workers_on_several_nodes(tmp_path
     nodes = checks.train_worker_nodes(output)
     assert len(nodes) >= 2, f"training workers ran on {nodes}, expected at least 2 nodes"
     assert_torn_down(run_id)
+
+    artifacts = tmp_path / "run1"  # the layout scripts/kind-e2e writes
+    artifacts.mkdir()
+    (artifacts / "rayjob.yaml").write_text(yaml.safe_dump(checks.rayjob_from_emulate_output(output)))
+    shutil.copytree(run_dir(run_id, "linear"), artifacts / "run")
+    command = [sys.executable, "-m", "tests.e2e.kind_artifacts", str(artifacts), "--epochs", "60"]
+    passed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert passed.returncode == 0 and "Complete/SUCCEEDED, 60 epochs" in passed.stdout, passed.stdout + passed.stderr
+    claimed = subprocess.run(command + ["--killed-pod", "raytrain-worker-x", "--epoch-before", "7",
+                                        "--newest-checkpoint-before", "5", "--interval", "5"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert claimed.returncode == 1 and "never resumed from a checkpoint" in claimed.stderr, claimed.stderr
 
 
 def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):

@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "kind-e2e"
 CHART = REPO / "helm" / "raytrain-cluster"
 RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
-EMULATE_TIMEOUT_S = 1200
 PLACEHOLDER_IP = "10.96.0.100"  # stands in for <nfs-server-cluster-ip>, known only on a live cluster
 STEPS = ["Preflight", "Validate offline", "kind cluster", "KubeRay operator v1.7.0", "Image", "Shared storage",
          "Capacity", "Our chart", "RayJob run 1", "RayJob run 2", "Teardown"]
@@ -277,45 +275,6 @@ def test_artifact_checks_get_the_epochs_of_the_manifest():
     [config_map] = [d for d in docs if d["kind"] == "ConfigMap"]
     epochs = yaml.safe_load(config_map["data"]["job.yaml"])["train"]["epochs"]
     assert f"kind_artifacts {{ARTIFACTS}}/run1 --epochs {epochs}" in plan_text("{ARTIFACTS}"), "run 1's epochs"
-
-
-@pytest.mark.integration
-def test_artifact_checks_pass_on_a_real_finished_rayjob_and_catch_a_missing_resume(tmp_path):
-    """The layout scripts/kind-e2e writes, filled from a real RayJob run (raytrain emulate of manifests/rayjob.yaml
-    on the kind values: a local multi-node Ray cluster, the submitter's `ray job submit`): the checks pass; with a
-    killed.json claiming a pod loss the run never had, the resume check fails."""
-    from raytrain.kube import localcluster
-    from tests.support import checks
-
-    log = tmp_path / "emulate.log"
-    with open(log, "w") as out:
-        emulate = subprocess.Popen([RAYTRAIN, "emulate", "manifests/rayjob.yaml", "--values",
-                                    str(CHART / "values-kind.yaml"), "--crds", str(crd_dir())],
-                                   cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            code = emulate.wait(timeout=EMULATE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            emulate.send_signal(signal.SIGINT)  # emulate tears its cluster down on Ctrl-C (a kill would leave it)
-            code = emulate.wait(timeout=180)
-    output = log.read_text()
-    match = re.search(r"^cluster (rte[0-9a-f]{6}):", output, re.M)
-    shared = localcluster.RUN_ROOT / f"{match.group(1)}-shared" if match else None
-    try:
-        assert code == 0, f"emulate exited {code} (130: stopped after {EMULATE_TIMEOUT_S} s):\n{output[-4000:]}"
-        artifacts = tmp_path / "run1"
-        artifacts.mkdir()
-        (artifacts / "rayjob.yaml").write_text(yaml.safe_dump(checks.rayjob_from_emulate_output(output)))
-        shutil.copytree(shared / "runs" / "linear", artifacts / "run")
-    finally:
-        if shared is not None:
-            shutil.rmtree(shared, ignore_errors=True)
-    command = [sys.executable, "-m", "tests.e2e.kind_artifacts", str(artifacts), "--epochs", "60"]
-    passed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert passed.returncode == 0 and "Complete/SUCCEEDED, 60 epochs" in passed.stdout, passed.stdout + passed.stderr
-    claimed = subprocess.run(command + ["--killed-pod", "raytrain-worker-x", "--epoch-before", "7",
-                                        "--newest-checkpoint-before", "5", "--interval", "5"],
-                             cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert claimed.returncode == 1 and "never resumed from a checkpoint" in claimed.stderr, claimed.stderr
 
 
 def test_skip_build_loads_the_image_already_built_through_an_archive(tmp_path):
