@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,20 @@ def wait_for_epoch(proc: subprocess.Popen, run_dir: Path, epoch: int, timeout: f
         assert proc.poll() is None, proc.stdout.read()[-3000:]
         assert time.time() < deadline, f"epoch {epoch} not reached"
         time.sleep(0.2)
+
+
+def wait_for_an_early_step_checkpoint(proc: subprocess.Popen, run_dir: Path, after_epoch: int, at_most_step: int,
+                                      timeout: float = 240) -> None:
+    """Until a mid-epoch checkpoint at most `at_most_step` steps into an epoch past `after_epoch` exists: the rest of
+    that epoch is still to run, so a stop asked for now lands mid-epoch (one asked for at an epoch's end rightly takes
+    the epoch's own checkpoint). Step checkpoints count steps across epochs, so their steps into an epoch vary."""
+    deadline = time.time() + timeout
+    pattern = re.compile(r"checkpoint_epoch(\d+)_step(\d+)_")
+    while not any((m := pattern.match(p.name)) and int(m[1]) > after_epoch and int(m[2]) <= at_most_step
+                  for p in run_dir.glob("checkpoint_*")):
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.time() < deadline, f"no checkpoint at most {at_most_step} steps into an epoch"
+        time.sleep(0.05)
 
 
 def long_run_at_epoch_3(storage: Path, name: str) -> tuple[Path, subprocess.Popen]:
@@ -148,7 +163,7 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
     next step and ends it with a result; a resume that changes the model is refused before Ray, and one that changes
     the learning rate applies it and loses no step."""
     run_dir = tmp_path / "graceful"
-    args = ["--set", "data.num_samples=20000", "--set", "run.checkpoint_every_steps=300",  # ~830 steps an epoch
+    args = ["--set", "data.num_samples=20000", "--set", "run.checkpoint_every_steps=200",  # ~830 steps an epoch
             "--set", "run.keep_checkpoints=20", "--set", "train.epochs=4"]
     driver = start(tmp_path, "graceful", *args)
     try:
@@ -160,6 +175,8 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
         assert f"pid {driver.pid}" in second.stderr and "it renewed its lease while this start watched" in second.stderr
         assert "started embedded Ray" not in second.stdout  # refused before Ray starts
 
+        # >= 430 steps (~2 s here) of the epoch to go: well past rank 0's next read of the stop request (POLL_S)
+        wait_for_an_early_step_checkpoint(driver, run_dir, max(checks.metrics_epochs(run_dir)) - 1, 400)
         assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < 4, "the run ended before its SIGTERM"
         signalled = time.monotonic()
         driver.send_signal(signal.SIGTERM)
@@ -177,7 +194,8 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
     assert result["epochs_completed"] == max(checks.metrics_epochs(run_dir))  # counted after the workers stopped
     meta = json.loads((Path(result["checkpoint"]) / "meta.json").read_text())
     assert meta["epoch"] >= 1 and meta["step"] > 0, (result, meta)
-    assert any("_step00000300_" in p.name for p in run_dir.glob("checkpoint_*"))  # checkpoint_every_steps
+    names = [p.name for p in run_dir.glob("checkpoint_epoch000000_step*")]  # checkpoint_every_steps in epoch 1
+    assert all(any(f"_step{step:08d}_" in name for name in names) for step in (200, 400, 600, 800)), names
     assert "received SIGTERM" in driver_log(run_dir, driver.pid).read_text()
     assert_stopped(ray_processes)
 
