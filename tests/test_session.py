@@ -9,6 +9,7 @@ import io
 import json
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -102,3 +103,25 @@ def test_a_loop_that_raises_is_one_paragraph_and_a_failed_result(project):
     assert "ValueError: my loop broke" in message and "st_loops.py" in message and "in broken" in message
     result = json.loads((project / "runs" / "job" / "result.json").read_text())
     assert result["status"] == "failed" and "my loop broke" in result["error"]
+
+
+def test_a_local_run_holds_the_runs_lease_so_it_never_writes_beside_another_attempt(project):
+    """`raytrain local` takes the run's lease as `raytrain run` does: refused, before anything is written, while
+    a live attempt renews it; then attempt 2 once that one released it; and a following start is attempt 3."""
+    from raytrain.lease import Lease, LeaseHeld, current_holder
+
+    run_dir = project / "runs" / "job"
+    run_dir.mkdir(parents=True)
+    holder = Lease(run_dir, ttl_s=2).acquire()  # a cluster attempt of the same run, renewing
+    try:
+        with pytest.raises(LeaseHeld, match="so it is running"):
+            train_local(config(project, epochs=2), out=io.StringIO(), lease_ttl_s=2)
+        assert not (run_dir / "config.yaml").exists() and not (run_dir / "metrics.jsonl").exists()
+    finally:
+        holder.release()
+    out = io.StringIO()
+    outcome = train_local(config(project, epochs=2), out=out)
+    assert "(attempt 2)" in out.getvalue()
+    assert [r["attempt"] for r in runs.read_metrics(outcome.run_dir)] == [2, 2]
+    assert current_holder(run_dir).token == 2 and not current_holder(run_dir).live(time.time())  # released
+    assert Lease(run_dir).acquire().token == 3

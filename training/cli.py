@@ -7,7 +7,7 @@ Environment it reads:
   RAYTRAIN_KUBERAY_CRDS   directory holding the KubeRay v1.7.0 CRDs (validate, emulate) when --crds is not given;
                           without either, the user cache ${XDG_CACHE_HOME:-~/.cache}/raytrain/kuberay-crds-v1.7.0,
                           downloaded there once (kube/crds.py)
-  RAYTRAIN_LEASE_TTL_S    run: seconds after its last renewal that a run's lease is taken over (default 30)
+  RAYTRAIN_LEASE_TTL_S    run, local: seconds after its last renewal that a run's lease is taken over (default 30)
   RAYTRAIN_STOP_GRACE_S   run: seconds a stopping driver waits for its workers' last checkpoint (default 20)
 
 Each command imports what it uses, when it runs: validate, render, emulate, presets and --help never import torch.
@@ -103,9 +103,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    from raytrain.lease import DEFAULT_TTL_S
     from raytrain.local import train_local
 
-    return _report(train_local(_load(args)))
+    return _report(train_local(_load(args), wait_for_lease=args.wait_for_lease,
+                               lease_ttl_s=_seconds_env("RAYTRAIN_LEASE_TTL_S", DEFAULT_TTL_S)))
 
 
 # ---------------------------------------------------------------------------------------------- tune, data
@@ -393,7 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = config_command("run", cmd_run, "train with Ray Train (embedded local Ray, or join a cluster)")
     add_address_option(run)
     add_lease_option(run)
-    config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
+    local = config_command("local", cmd_local, "train in one plain PyTorch process, no Ray (the baseline)")
+    add_lease_option(local)
     add_tune_and_data_commands(sub, config_command)
 
     report = sub.add_parser("report", help="plot runs: loss, accuracy, throughput, restarts, summary (PNG + HTML)")

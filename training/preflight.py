@@ -44,8 +44,14 @@ def check_resume(cfg: RunConfig, run_dir: Path, remove_torn: bool = True) -> res
     """What this start resumes from, decided before Ray starts: a change a resume cannot take (the model's shape,
     the optimizer) is refused with one paragraph (ResumeRefused); optimizer settings it can take are announced
     (the session sets them into the restored optimizer); checkpoints that exist but none of which loads refuse
-    the start. remove_torn: delete torn checkpoint directories (only while holding the run's lease)."""
-    plan = resume.plan(run_dir, cfg.to_dict(), console.warning, remove_torn=remove_torn)
+    the start. remove_torn: delete torn checkpoint directories (only while holding the run's lease). What it
+    skips or removes is said on the console and recorded in events.jsonl."""
+
+    def warn(message: str) -> None:
+        console.warning(message)
+        runs.append_event(run_dir, "warning", message=message)
+
+    plan = resume.plan(run_dir, cfg.to_dict(), warn, remove_torn=remove_torn)
     # Rows past the checkpoint this start resumes from will be trained again (all of them when it starts over).
     runs.truncate_metrics(run_dir, plan.epoch)
     for key, (old, new) in plan.applied.items():

@@ -27,7 +27,7 @@ def add_address_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_lease_option(parser: argparse.ArgumentParser) -> None:
-    """`raytrain run` only: what a start does when another attempt of the run holds it (raytrain.lease)."""
+    """`raytrain run` and `local`: what a start does when another attempt of the run holds it (raytrain.lease)."""
     parser.add_argument("--wait-for-lease", action="store_true",
                         help="if another running attempt of this run holds it (it keeps renewing its lease), wait for "
                              "it to end instead of exiting; one that has died is taken over after the lease TTL "
