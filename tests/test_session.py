@@ -124,4 +124,6 @@ def test_a_local_run_holds_the_runs_lease_so_it_never_writes_beside_another_atte
     assert "(attempt 2)" in out.getvalue()
     assert [r["attempt"] for r in runs.read_metrics(outcome.run_dir)] == [2, 2]
     assert current_holder(run_dir).token == 2 and not current_holder(run_dir).live(time.time())  # released
-    assert Lease(run_dir).acquire().token == 3
+    following = Lease(run_dir).acquire()
+    assert following.token == 3
+    following.release()
