@@ -30,7 +30,6 @@ from typing import Callable, Optional
 from raytrain import console, preflight, runs
 from raytrain import lease as leases
 from raytrain.config import RunConfig
-from raytrain.storage import check_storage
 
 # How long a stopping driver waits for its workers to checkpoint at their next step and end. Kubernetes gives a
 # pod terminationGracePeriodSeconds (default 30 s) between SIGTERM and SIGKILL; this leaves ~10 s of it for
@@ -131,10 +130,8 @@ class Attempt:
     # -- before Ray
 
     def take_lease(self) -> leases.Lease:
-        check_storage(self.cfg.run.storage_path, self.cfg.run.name)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        lease = leases.Lease(self.run_dir, self.lease_ttl_s, on_lost=self._on_lost)
-        return lease.acquire(wait=self.wait_for_lease, notify=self.say)
+        return preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
+                                    on_lost=self._on_lost)
 
     def _on_lost(self, reason: str) -> None:
         self.lost = reason

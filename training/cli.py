@@ -92,22 +92,25 @@ def _seconds_env(name: str, default: float) -> float:
     return seconds
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from raytrain.attempt import STOP_GRACE_S, run_attempt
+def _lease_ttl_s() -> float:
     from raytrain.lease import DEFAULT_TTL_S
 
+    return _seconds_env("RAYTRAIN_LEASE_TTL_S", DEFAULT_TTL_S)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from raytrain.attempt import STOP_GRACE_S, run_attempt
+
     return run_attempt(_load(args), _address(args), _report, wait_for_lease=args.wait_for_lease,
-                       lease_ttl_s=_seconds_env("RAYTRAIN_LEASE_TTL_S", DEFAULT_TTL_S),
+                       lease_ttl_s=_lease_ttl_s(),
                        stop_grace_s=_seconds_env("RAYTRAIN_STOP_GRACE_S", STOP_GRACE_S),
                        in_submitted_job=_in_submitted_job())
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from raytrain.lease import DEFAULT_TTL_S
     from raytrain.local import train_local
 
-    return _report(train_local(_load(args), wait_for_lease=args.wait_for_lease,
-                               lease_ttl_s=_seconds_env("RAYTRAIN_LEASE_TTL_S", DEFAULT_TTL_S)))
+    return _report(train_local(_load(args), wait_for_lease=args.wait_for_lease, lease_ttl_s=_lease_ttl_s()))
 
 
 # ---------------------------------------------------------------------------------------------- tune, data

@@ -16,7 +16,6 @@ from raytrain import lease as leases
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.launcher import Outcome, summarize
-from raytrain.storage import check_storage
 
 
 def train_local(cfg: RunConfig, out: TextIO = sys.stdout, *, wait_for_lease: bool = False,
@@ -27,11 +26,9 @@ def train_local(cfg: RunConfig, out: TextIO = sys.stdout, *, wait_for_lease: boo
     from raytrain.session import LocalSession
 
     started = time.time()
-    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    check_storage(cfg.run.storage_path, cfg.run.name)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lease = leases.Lease(run_dir, lease_ttl_s).acquire(
-        wait=wait_for_lease, notify=lambda message: console.info("attempt", message, out=out))
+    lease = preflight.take_lease(cfg, lease_ttl_s, wait=wait_for_lease,
+                                 notify=lambda message: console.info("attempt", message, out=out))
+    run_dir = lease.run_dir
     runs.fence_writes(run_dir, lease)  # every commit below checks that this process still holds the run
     try:
         preflight.start_run(cfg, lambda directory, error: summarize(directory, "failed", started, error),

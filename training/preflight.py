@@ -12,6 +12,8 @@ from raytrain import components, console, resume, runs, workdir
 from raytrain.config import RunConfig, dump_yaml
 from raytrain.data import DataUnavailable, data_context
 from raytrain.errors import ConfigError, LaunchError
+from raytrain.lease import Lease
+from raytrain.storage import check_storage
 
 # Never shipped with the user's code: version control, environments, caches and run output.
 SHIP_EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", "runs", "*.pt",
@@ -40,18 +42,28 @@ def check_model_builds(cfg: RunConfig) -> None:
                           f"{err.__class__.__name__}: {message}. Fix: correct the model section's values.") from None
 
 
-def check_resume(cfg: RunConfig, run_dir: Path, remove_torn: bool = True) -> resume.ResumePlan:
+def take_lease(cfg: RunConfig, ttl_s: float, *, wait: bool, notify: Callable[[str], None],
+               on_lost: Optional[Callable[[str], None]] = None) -> Lease:
+    """The first thing a start (`raytrain run`'s attempt, `raytrain local`) does: check the storage, then hold the
+    run directory's lease (raytrain.lease) before anything in it is read or written."""
+    check_storage(cfg.run.storage_path, cfg.run.name)
+    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return Lease(run_dir, ttl_s, on_lost=on_lost).acquire(wait=wait, notify=notify)
+
+
+def check_resume(cfg: RunConfig, run_dir: Path) -> resume.ResumePlan:
     """What this start resumes from, decided before Ray starts: a change a resume cannot take (the model's shape,
     the optimizer) is refused with one paragraph (ResumeRefused); optimizer settings it can take are announced
     (the session sets them into the restored optimizer); checkpoints that exist but none of which loads refuse
-    the start. remove_torn: delete torn checkpoint directories (only while holding the run's lease). What it
+    the start. Torn checkpoint directories are deleted (only while holding the run's lease: take_lease). What it
     skips or removes is said on the console and recorded in events.jsonl."""
 
     def warn(message: str) -> None:
         console.warning(message)
         runs.append_event(run_dir, "warning", message=message)
 
-    plan = resume.plan(run_dir, cfg.to_dict(), warn, remove_torn=remove_torn)
+    plan = resume.plan(run_dir, cfg.to_dict(), warn)
     # Rows past the checkpoint this start resumes from will be trained again (all of them when it starts over).
     runs.truncate_metrics(run_dir, plan.epoch)
     for key, (old, new) in plan.applied.items():

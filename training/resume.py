@@ -97,9 +97,10 @@ def remove_torn_checkpoints(run_dir: Path, warn: Callable[[str], None]) -> list[
     return removed
 
 
-def plan(run_dir: Path, config: dict, warn: Callable[[str], None], remove_torn: bool = True) -> ResumePlan:
-    """What this start resumes from, or ResumeRefused. `config` is the new resolved config (to_dict())."""
-    result = ResumePlan(removed_torn=remove_torn_checkpoints(run_dir, warn) if remove_torn else [])
+def plan(run_dir: Path, config: dict, warn: Callable[[str], None]) -> ResumePlan:
+    """What this start resumes from, or ResumeRefused. `config` is the new resolved config (to_dict()). Torn
+    checkpoint directories are removed first: call only while holding the run's lease."""
+    result = ResumePlan(removed_torn=remove_torn_checkpoints(run_dir, warn))
     unreadable = []
     for path in checkpoints.candidates(run_dir):
         try:
