@@ -2,7 +2,7 @@
 worker nodes), jobs submitted with `ray job submit` as KubeRay's submitter does, and when a run reached an
 optimizer step, read from what the run, Ray and the bench's own probe write, never from raytrain's console lines.
 
-Every use of raytrain's local cluster (training/kube) is in this module."""
+Every use of raytrain's local cluster (raytrain.cluster) is in this module."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def bench_cluster(shared_dir: Path, worker_nodes: int = 2, cpus_per_node: float 
     """A head (num-cpus 0 and failure detection, as the chart sets them) plus worker nodes, token auth on, every node
     with the chart's preStop hook and grace period (what a pod deletion runs). Nodes on their own loopback addresses:
     what is timed here is Ray and raytrain, not the network namespaces."""
-    from raytrain.kube.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
+    from raytrain.cluster.localcluster import FAILURE_DETECTION_ENV, ClusterShape, LocalCluster, NodeSpec
 
     pre_stop, grace = chart_pre_stop()
     shape = ClusterShape(
@@ -56,7 +56,7 @@ def chart_pre_stop(values_file: Optional[Path] = None) -> tuple[list[str], int]:
     make them (helm/raytrain-cluster/templates/_helpers.tpl: `raytrain drain --wait <grace - marginSeconds>`); no
     hook where the values turn it off."""
     import yaml
-    from raytrain.kube.render import default_chart_dir
+    from raytrain.validator.render import default_chart_dir
 
     values = yaml.safe_load((values_file or default_chart_dir() / "values.yaml").read_text())
     grace = int(values["terminationGracePeriodSeconds"])
@@ -68,7 +68,7 @@ def chart_pre_stop(values_file: Optional[Path] = None) -> tuple[list[str], int]:
 
 def training_node(cluster):
     """The worker node that holds a training worker (Ray packs both onto one node when they fit)."""
-    from raytrain.kube.localcluster import node_processes
+    from raytrain.cluster.localcluster import node_processes
 
     state_file = cluster.run_dir / "state.json"
     hosts = [n for n in cluster.nodes[1:] if node_processes(state_file, n.spec.name, "RayTrainWorker")]
@@ -78,7 +78,7 @@ def training_node(cluster):
 def kill_training_node(cluster) -> tuple[object, float]:
     """SIGKILL every process of the worker node that holds a training worker, as a lost pod; returns that node and
     when the kill began."""
-    from raytrain.kube.localcluster import kill_node
+    from raytrain.cluster.localcluster import kill_node
 
     victim = training_node(cluster)
     killed_at = time.time()
@@ -88,11 +88,11 @@ def kill_training_node(cluster) -> tuple[object, float]:
 
 class NodeDeletion:
     """Delete the worker node that holds a training worker as kubelet deletes its pod (its preStop hook, SIGTERM,
-    SIGKILL after the grace period: raytrain.kube.localcluster.delete_node), in the background: the deletion waits
+    SIGKILL after the grace period: raytrain.cluster.localcluster.delete_node), in the background: the deletion waits
     for the training there to checkpoint, and the next step is timed meanwhile."""
 
     def __init__(self, cluster):
-        from raytrain.kube.localcluster import delete_node
+        from raytrain.cluster.localcluster import delete_node
 
         self.node = training_node(cluster)
         self.outcome: Optional[dict] = None

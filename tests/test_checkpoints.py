@@ -1,4 +1,4 @@
-"""training/checkpoints.py: atomic writes, detection of truncated or corrupted checkpoints, newest-first fallback."""
+"""training/raytrain/checkpoints.py: atomic writes, detection of truncated or corrupted checkpoints, newest-first fallback."""
 
 from __future__ import annotations
 

@@ -196,7 +196,7 @@ def test_a_users_unresolvable_annotation_loses_only_its_own_check(tmp_path, monk
             raise NotImplementedError
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    from my_models import net
+    from my_models import net  # pyright: ignore[reportMissingImports] (written to tmp_path above)
 
     try:
         hints = parameter_hints(net)

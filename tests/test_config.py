@@ -1,4 +1,4 @@
-"""training/config.py: resolution order, presets, and a table of bad inputs with the message each must give."""
+"""training/raytrain/config.py: resolution order, presets, and a table of bad inputs with the message each must give."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The package's import structure: no cycles among raytrain's modules (imports flow one way, lazy ones included),
-and commands that never train never import torch."""
+"""The package's import structure: layers that hold (no module imports a layer above its own), no cycles among
+raytrain's modules (imports flow one way, lazy ones included), and commands that never train never import torch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "training"
+PACKAGE = Path(__file__).resolve().parents[1] / "training" / "raytrain"
 REPO = PACKAGE.parent
 
 
@@ -28,7 +28,7 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from raytrain.kube import shape` imports the module raytrain.kube.shape
+                # `from raytrain.validator import shape` imports the module raytrain.validator.shape
                 targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
                            for a in node.names]
             else:
@@ -71,8 +71,49 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    assert "raytrain.kube.shape" in graph["raytrain.kube.localcluster"]
-    assert "raytrain.sizing" in graph["raytrain.kube.raytrain_rules"]  # imported inside a function
+    assert "raytrain.validator.shape" in graph["raytrain.cluster.localcluster"]
+    assert "raytrain.sizing" in graph["raytrain.validator.raytrain_rules"]  # imported inside a function
+
+
+# The layers, bottom first (docs/architecture.md). A module may import its own layer and those below it, never one
+# above: the training runtime (what runs on a worker and in the driver) knows nothing of manifests or of the
+# emulator; the validator reads run configs with the runtime's torch-free modules; the local cluster builds on the
+# validator's reading of a spec; only the command line sees them all.
+LAYERS = ("runtime", "validator", "cluster", "cli")
+
+
+def layer(module: str) -> str:
+    if module == "raytrain.cli":
+        return "cli"
+    for house in ("validator", "cluster"):
+        if module == f"raytrain.{house}" or module.startswith(f"raytrain.{house}."):
+            return house
+    return "runtime"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((module, target) for module, targets in graph.items() for target in targets
+                  if LAYERS.index(layer(target)) > LAYERS.index(layer(module)))
+
+
+def test_no_layer_imports_a_layer_above_it():
+    assert upward_imports(import_graph()) == []
+
+
+def test_upward_imports_are_found():
+    graph = {"raytrain.drain": {"raytrain.cluster.localcluster"}, "raytrain.validator.shape": {"raytrain.cli"},
+             "raytrain.cluster.emulate": {"raytrain.validator.validate", "raytrain.session"}}
+    assert upward_imports(graph) == [("raytrain.drain", "raytrain.cluster.localcluster"),
+                                     ("raytrain.validator.shape", "raytrain.cli")]
+
+
+def test_the_validator_never_imports_torch():
+    """Statically: no validator module names torch (the dynamic check below covers what it imports from the runtime)."""
+    for path in (PACKAGE / "validator").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "torch" or n.startswith("torch.") for n in names), path
 
 
 def test_no_import_cycles():
@@ -97,7 +138,7 @@ def modules_loaded_by(*argv: str) -> set[str]:
 @pytest.mark.parametrize("argv", [
     ["--help"], ["presets"], ["validate", "--help"],
     ["validate", "helm/raytrain-cluster/values-kind.yaml"],
-    ["validate", "tests/kube/data/kuberay-v1.7.0-ray-cluster.uv.yaml"], ["validate", "manifests/rayjob.yaml"],
+    ["validate", "tests/validator/data/kuberay-v1.7.0-ray-cluster.uv.yaml"], ["validate", "manifests/rayjob.yaml"],
     ["emulate", "no-such-rayjob.yaml"], ["cluster", "stop", "/nonexistent/raytrain-node"],
     ["drain", "--wait", "0", "--temp-dir", "/nonexistent/ray"],
 ])

@@ -1,4 +1,4 @@
-"""training/launcher.py: the driver's pieces that run without a cluster."""
+"""training/raytrain/launcher.py: the driver's pieces that run without a cluster."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""training/sizing.py: sizing workers to the cluster, and failing fast when a job can never be scheduled."""
+"""training/raytrain/sizing.py: sizing workers to the cluster, and failing fast when a job can never be scheduled."""
 
 from __future__ import annotations
 

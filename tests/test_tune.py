@@ -1,4 +1,4 @@
-"""training/tune.py without a cluster: the search file, its smoke block, the space checked against the run
+"""training/raytrain/tune.py without a cluster: the search file, its smoke block, the space checked against the run
 config, and how many trials run at once."""
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def test_a_resumed_groups_steps_count_from_its_start_event(tmp_path):
 
 
 def test_the_bench_cluster_gets_the_charts_prestop_hook_and_grace_period(tmp_path):
-    from raytrain.kube.render import default_chart_dir
+    from raytrain.validator.render import default_chart_dir
 
     values = yaml.safe_load((default_chart_dir() / "values.yaml").read_text())
     hook, grace = cluster.chart_pre_stop()

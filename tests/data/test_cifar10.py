@@ -1,4 +1,4 @@
-"""training/data/cifar10.py: synthetic data, the shared transforms, the Parquet form and both loaders agreeing."""
+"""training/raytrain/data/cifar10.py: synthetic data, the shared transforms, the Parquet form and both loaders agreeing."""
 
 from __future__ import annotations
 

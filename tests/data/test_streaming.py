@@ -1,4 +1,4 @@
-"""training/data/streaming.py: sizing, the generate and preprocess steps, the lazy map-style twin, checks."""
+"""training/raytrain/data/streaming.py: sizing, the generate and preprocess steps, the lazy map-style twin, checks."""
 
 from __future__ import annotations
 

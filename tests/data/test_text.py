@@ -1,4 +1,4 @@
-"""training/data/text.py and the text-rnn layout: tokenizer, vocabulary, CSV reading, the generated corpus, and
+"""training/raytrain/data/text.py and the text-rnn layout: tokenizer, vocabulary, CSV reading, the generated corpus, and
 the preset's hyperparameters and environment files (config `include:`)."""
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def test_pins_package_and_presets_inside(docker, image):
     assert inside["torch"].split("+")[0] == pin("torch")
     assert inside["torchvision"].split("+")[0] == pin("torchvision")
     assert inside["raytrain"] == pyproject()["project"]["version"]
-    assert inside["presets"] == sorted(p.name for p in (ROOT / "training" / "configs").glob("*.yaml"))
+    assert inside["presets"] == sorted(p.name for p in (ROOT / "training" / "raytrain" / "configs").glob("*.yaml"))
     version = dock(docker, "run", "--rm", image, "raytrain", "--version").stdout.strip()
     assert version == f"raytrain {pyproject()['project']['version']}"
 
@@ -121,7 +121,7 @@ def test_raytrain_run_linear_inside(docker, image, names, tmp_path):
                "raytrain", "run", "linear", "--name", "img-local", "--storage", f"{SHARED}/runs",
                timeout=600, check=False)
     assert run.returncode == 0, f"raytrain run linear failed in the image:\n{(run.stdout + run.stderr)[-4000:]}"
-    epochs = yaml.safe_load((ROOT / "training" / "configs" / "linear.yaml").read_text())["train"]["epochs"]
+    epochs = yaml.safe_load((ROOT / "training" / "raytrain" / "configs" / "linear.yaml").read_text())["train"]["epochs"]
     assert_run_completed(copy_run_dir(docker, image, volume, "img-local", tmp_path, names), epochs)
 
 
@@ -265,7 +265,7 @@ def test_code_change_rebuilds_only_the_last_layers(docker, image, tmp_path):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, context / name)
     marker = f"# image-tier rebuild probe {uuid.uuid4().hex}"
-    for changed in (context / "training" / "__init__.py", context / "pyproject.toml"):
+    for changed in (context / "training" / "raytrain" / "__init__.py", context / "pyproject.toml"):
         with open(changed, "a") as f:
             f.write(f"\n{marker}\n")
 

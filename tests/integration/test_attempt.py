@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from raytrain import lease as leases
-from raytrain.kube import localcluster
+from raytrain.cluster import localcluster
 from tests.support import checks
 
 pytestmark = pytest.mark.integration

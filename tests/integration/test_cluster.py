@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.kube import processes
+from raytrain import processes
 
 pytestmark = pytest.mark.integration
 

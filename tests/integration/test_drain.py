@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.kube import localcluster
+from raytrain.cluster import localcluster
 
 pytestmark = pytest.mark.integration
 

@@ -24,9 +24,10 @@ import yaml
 
 from tests.support import checks
 
-from raytrain.kube import localcluster, processes
-from raytrain.kube.crds import CRDS_ENV, resolve_crd_dir
-from raytrain.kube.emulate import emulate
+from raytrain.cluster import localcluster
+from raytrain import processes
+from raytrain.validator.crds import CRDS_ENV, resolve_crd_dir
+from raytrain.cluster.emulate import emulate
 
 pytestmark = pytest.mark.integration
 

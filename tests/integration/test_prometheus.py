@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.kube.dashboard import wait_dashboard
-from raytrain.kube.processes import kill_pids, pids_mentioning, tree_pids
-from raytrain.kube.raynode import Ports, free_port, ray_start_command
-from raytrain.kube.shape import NodeSpec
+from raytrain.cluster.dashboard import wait_dashboard
+from raytrain.processes import kill_pids, pids_mentioning, tree_pids
+from raytrain.cluster.raynode import Ports, free_port, ray_start_command
+from raytrain.validator.shape import NodeSpec
 
 pytestmark = pytest.mark.integration
 

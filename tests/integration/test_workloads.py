@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.kube import dashboard, processes, raynode, shape
+from raytrain.validator import shape
+from raytrain.cluster import dashboard, raynode
+from raytrain import processes
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain.kube.render import render_chart
-from raytrain.kube.crds import CRDS_ENV, CRDError, resolve_crd_dir
+from raytrain.validator.render import render_chart
+from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "kind-e2e"

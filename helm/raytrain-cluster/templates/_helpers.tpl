@@ -150,7 +150,7 @@ spec:
         {{- include "raytrain.resources" (dict "resources" $v.resources "gpus" .gpus) | nindent 8 }}
       {{- with $root.Values.preStopDrain }}{{ if .enabled }}
       # kubelet runs this before its SIGTERM to `ray start --block` (which Ray Train's workers never see): the
-      # training on this pod checkpoints and moves or stops within the grace period (training/drain.py).
+      # training on this pod checkpoints and moves or stops within the grace period (training/raytrain/drain.py).
       lifecycle:
         preStop:
           exec:

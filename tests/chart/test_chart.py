@@ -1,0 +1,439 @@
+"""The Helm chart, rendered and linted with the real Helm library (helm-python-sdk)."""
+
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import helm_python as helm
+import pytest
+import yaml
+
+from raytrain.validator.render import ChartError, lint_chart, load_values, render_chart
+from raytrain.validator.shape import node_resources, shared_mounts
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "raytrain-cluster"
+
+VALUES_FILES = sorted(p.name for p in CHART.glob("values*.yaml"))
+
+
+def render(values_name: str | None = None, **set_values):
+    files = [CHART / values_name] if values_name and values_name != "values.yaml" else []
+    return render_chart(CHART, files, set_values or None)
+
+
+def by_kind(objects, kind):
+    return [o for o in objects if o["kind"] == kind]
+
+
+def groups(cluster):
+    spec = cluster["spec"]
+    return [("head", spec["headGroupSpec"])] + [(g["groupName"], g) for g in spec["workerGroupSpecs"]]
+
+
+def test_values_files_are_the_three_places_it_runs():
+    assert VALUES_FILES == ["values-gpu.yaml", "values-kind.yaml", "values.yaml"]
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_every_values_file_renders_a_secure_training_cluster(values_name):
+    objects = render(values_name)
+    [cluster] = by_kind(objects, "RayCluster")
+    assert cluster["metadata"]["name"] == "raytrain"
+    spec = cluster["spec"]
+    assert spec["authOptions"] == {"mode": "token"}
+    assert spec["headGroupSpec"]["serviceType"] == "ClusterIP"
+    assert "worker" in [name for name, _ in groups(cluster)]
+    for name, group in groups(cluster):
+        pod = group["template"]["spec"]
+        container = pod["containers"][0]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        resources = container["resources"]
+        assert resources["requests"] == resources["limits"], name
+        assert {"name": "shared", "mountPath": "/mnt/shared"} in container["volumeMounts"], name
+        if name != "head":
+            params = group["rayStartParams"]
+            assert params["num-cpus"] == resources["limits"]["cpu"], name
+            if "nvidia.com/gpu" in resources["limits"]:
+                assert params["num-gpus"] == resources["limits"]["nvidia.com/gpu"]
+    assert shared_mounts(spec) == ["/mnt/shared"]
+    [policy] = by_kind(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"ray.io/cluster": "raytrain"}
+    assert not [s for s in by_kind(objects, "Service") if s["spec"].get("type", "ClusterIP") != "ClusterIP"]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == "raytrain" and labels["app.kubernetes.io/managed-by"] == "Helm"
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_strict_lint_is_clean(values_name):
+    files = [CHART / values_name] if values_name != "values.yaml" else []
+    assert lint_chart(CHART, files, strict=True) == []
+
+
+def test_image_tag_and_ray_version_follow_the_pins_in_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    [ray_pin] = [d for d in project["dependencies"] if re.match(r"ray\[", d)]
+    ray_version = ray_pin.split("==")[1]
+    [cluster] = by_kind(render(), "RayCluster")
+    assert cluster["spec"]["rayVersion"] == ray_version
+    expected = f"ghcr.io/raytrain/raytrain:{project['version']}-ray{ray_version}"
+    for _, group in groups(cluster):
+        assert group["template"]["spec"]["containers"][0]["image"] == expected
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == project["version"] and chart["version"] == project["version"]
+    for manifest in (REPO / "manifests").glob("rayjob*.yaml"):
+        assert f"image: {expected}" in manifest.read_text(), manifest
+
+
+def test_kind_values_hold_a_three_worker_job_on_one_node():
+    objects = render("values-kind.yaml")
+    [cluster] = by_kind(objects, "RayCluster")
+    nodes = node_resources(cluster["spec"])
+    assert nodes == [{"CPU": 1.0, "GPU": 0.0}] * 3  # head + 2 workers, 1 CPU each
+    [volume] = [v for v in cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"] if v["name"] == "shared"]
+    assert volume["hostPath"]["path"] == "/mnt/raytrain-shared"
+    assert not by_kind(objects, "PersistentVolumeClaim")  # hostPath: nothing to claim
+    kind_config = yaml.safe_load((REPO / "manifests" / "kind-config.yaml").read_text())
+    assert kind_config["nodes"][0]["extraMounts"][0]["containerPath"] == "/mnt/raytrain-shared"
+
+
+def test_gpu_values_add_a_gpu_group_with_the_gpu_image():
+    [cluster] = by_kind(render("values-gpu.yaml"), "RayCluster")
+    [gpu] = [g for name, g in groups(cluster) if name == "gpu"]
+    container = gpu["template"]["spec"]["containers"][0]
+    assert container["image"].endswith("-ray2.55.1-gpu")
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert gpu["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert gpu["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+def test_nfs_storage_creates_a_bound_pv_and_claim():
+    objects = render(**{"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"})
+    [pv] = by_kind(objects, "PersistentVolume")
+    [pvc] = by_kind(objects, "PersistentVolumeClaim")
+    assert pv["spec"]["nfs"] == {"server": "10.0.0.2", "path": "/exports/raytrain"}
+    assert pv["spec"]["accessModes"] == pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pv["spec"]["claimRef"] == {"namespace": "default", "name": pvc["metadata"]["name"]}
+    [cluster] = by_kind(objects, "RayCluster")
+    for _, group in groups(cluster):
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in group["template"]["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v]
+        assert claims == [pvc["metadata"]["name"]]
+
+
+def test_existing_claim_is_mounted_and_nothing_is_created():
+    objects = render(**{"sharedStorage.existingClaim": "team-rwx"})
+    assert not by_kind(objects, "PersistentVolumeClaim") and not by_kind(objects, "PersistentVolume")
+    [cluster] = by_kind(objects, "RayCluster")
+    assert {"name": "shared", "persistentVolumeClaim": {"claimName": "team-rwx"}} in \
+        cluster["spec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+
+
+def test_autoscaling_additional_groups_and_podmonitor():
+    objects = render(**{
+        "autoscaling.enabled": True,
+        "additionalWorkerGroups": {"highmem": {"replicas": 1, "minReplicas": 0, "maxReplicas": 3,
+                                               "resources": {"cpu": 8, "memory": "64Gi"}}},
+        "metrics.podMonitor.enabled": True,
+        "networkPolicy.allowFrom": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}],
+    })
+    [cluster] = by_kind(objects, "RayCluster")
+    spec = cluster["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["autoscalerOptions"]["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["autoscalerOptions"]["resources"]["requests"] == spec["autoscalerOptions"]["resources"]["limits"]
+    [highmem] = [g for name, g in groups(cluster) if name == "highmem"]
+    assert highmem["rayStartParams"]["num-cpus"] == "8" and highmem["maxReplicas"] == 3
+    [monitor] = by_kind(objects, "PodMonitor")
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "interval": "30s"}]
+    [policy] = by_kind(objects, "NetworkPolicy")
+    assert {"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}],
+            "ports": [{"protocol": "TCP", "port": 8265}, {"protocol": "TCP", "port": 10001}]} in policy["spec"]["ingress"]
+
+
+def pod_specs(objects):
+    [cluster] = by_kind(objects, "RayCluster")
+    return {name: group["template"]["spec"] for name, group in groups(cluster)}
+
+
+def mounts(pod):
+    return {m["mountPath"]: m["name"] for m in pod["containers"][0].get("volumeMounts", [])}
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_dev_shm_is_left_to_kuberay_which_sizes_it_to_the_memory_limit(values_name):
+    """KubeRay v1.7.0 (common/pod.go, addEmptyDir) mounts a memory-backed /dev/shm sized to the container's memory
+    limit only where none is mounted: the chart mounts none, so Ray's object store (30% of memory) fits."""
+    for name, pod in pod_specs(render(values_name)).items():
+        assert "/dev/shm" not in mounts(pod), name
+        assert not [v for v in pod["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"], name
+
+
+def test_a_shm_size_of_our_own_is_mounted_on_every_pod_when_it_holds_the_object_store():
+    # Largest object store: 30% of the worker's 16Gi = 4916Mi.
+    for name, pod in pod_specs(render(shmSize="5Gi")).items():
+        assert mounts(pod)["/dev/shm"] == "dshm", name
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "5Gi"}} in pod["volumes"], name
+
+
+def test_fs_group_is_applied_only_on_root_mismatch():
+    for name, pod in pod_specs(render()).items():
+        assert pod["securityContext"]["fsGroup"] == 100, name
+        assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch", name
+
+
+def test_every_ray_pod_gives_the_graceful_stop_its_time():
+    """SIGTERM makes a run checkpoint at its next step and end within 20 s; Kubernetes' default 30 s is too close."""
+    for name, pod in pod_specs(render()).items():
+        assert pod["terminationGracePeriodSeconds"] == 60, name
+    assert {p["terminationGracePeriodSeconds"] for p in pod_specs(render(terminationGracePeriodSeconds=120)).values()} == {120}
+    docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
+    [job] = [d for d in docs if d and d["kind"] == "RayJob"]
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert group["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+
+
+def prestop_commands(objects):
+    return {name: pod["containers"][0].get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command")
+            for name, pod in pod_specs(objects).items()}
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_every_ray_container_drains_before_kubelets_sigterm(values_name):
+    """kubelet runs the preStop hook, then SIGTERMs `ray start --block`: the hook is where the run checkpoints."""
+    commands = prestop_commands(render(values_name))
+    assert len(commands) >= 2 and "head" in commands
+    assert set(map(tuple, commands.values())) == {("raytrain", "drain", "--wait", "50")}, commands
+
+
+def test_prestop_drain_follows_the_grace_period_and_can_be_turned_off():
+    assert {tuple(c) for c in prestop_commands(render(terminationGracePeriodSeconds=120)).values()} == \
+        {("raytrain", "drain", "--wait", "110")}
+    margin = {"terminationGracePeriodSeconds": 30, "preStopDrain": {"marginSeconds": 5}}
+    assert {tuple(c) for c in prestop_commands(render_chart(CHART, (), margin)).values()} == \
+        {("raytrain", "drain", "--wait", "25")}
+    assert set(prestop_commands(render_chart(CHART, (), {"preStopDrain": {"enabled": False}})).values()) == {None}
+    docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
+    [job] = [d for d in docs if d and d["kind"] == "RayJob"]
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        assert group["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == \
+            ["raytrain", "drain", "--wait", "50"]
+
+
+def test_volume_permissions_is_opt_in_and_prepares_the_shared_volume_once_with_least_privilege():
+    nfs = {"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"}
+    assert not any(pod.get("initContainers") for pod in pod_specs(render(**nfs)).values())
+    pods = pod_specs(render(**nfs, **{"sharedStorage.volumePermissions.enabled": True}))
+    assert not any(pod.get("initContainers") for name, pod in pods.items() if name != "head")  # once: the head
+    [init] = pods["head"]["initContainers"]
+    assert init["name"] == "volume-permissions" and init["image"] == pods["head"]["containers"][0]["image"]
+    assert init["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}}
+    assert init["resources"]["requests"] == init["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
+    assert init["volumeMounts"] == [{"name": "shared", "mountPath": "/mnt/shared"}]
+    script = init["args"][0]
+    assert "chown 1000:100 /mnt/shared" in script and "all_squash,anonuid=1000,anongid=100" in script
+    assert "-R" not in script  # the root only: never a walk over every checkpoint
+
+
+def test_volume_permissions_script_chowns_once_and_explains_a_root_squashing_export(tmp_path):
+    """The init container's script, run here as it runs in the pod, with `chown`/`stat` stand-ins for the two
+    outcomes an export gives root (allowed: no_root_squash; refused: root_squash)."""
+    pods = pod_specs(render(**{"sharedStorage.volumePermissions.enabled": True, "sharedStorage.mountPath": str(tmp_path / "shared")}))
+    script = pods["head"]["initContainers"][0]["args"][0]
+    (tmp_path / "shared").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+
+    def run(owner: str, chown_ok: bool):
+        (bin_dir / "stat").write_text(f"#!/bin/sh\necho {owner}\n")
+        (bin_dir / "chown").write_text("#!/bin/sh\n" + ("exit 0" if chown_ok else "echo 'Operation not permitted' >&2; exit 1") + "\n")
+        for tool in ("stat", "chown"):
+            (bin_dir / tool).chmod(0o755)
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        return subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True)
+
+    done = run("1000:100", chown_ok=False)
+    assert done.returncode == 0 and "nothing to do" in done.stdout
+    chowned = run("0:0", chown_ok=True)
+    assert chowned.returncode == 0 and "owner 0:0 -> 1000:100" in chowned.stdout
+    squashed = run("0:0", chown_ok=False)
+    assert squashed.returncode == 1 and "all_squash,anonuid=1000,anongid=100" in squashed.stderr
+
+
+def ingress_8080(policy):
+    return [rule["from"] for rule in policy["spec"]["ingress"] if {"protocol": "TCP", "port": 8080} in rule.get("ports", [])]
+
+
+def test_enabling_the_podmonitor_admits_its_prometheus_to_the_metrics_port_only():
+    [policy] = by_kind(render(), "NetworkPolicy")
+    assert ingress_8080(policy) == []  # no scraping, no metrics peers
+    objects = render(**{"metrics.podMonitor.enabled": True, "metrics.podMonitor.labels": {"release": "kps"},
+                        "metrics.prometheus.namespace": "observability"})
+    [policy] = by_kind(objects, "NetworkPolicy")
+    assert ingress_8080(policy) == [[{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]]
+    [monitor] = by_kind(objects, "PodMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    # Other scrapers only through metrics.allowFrom; no namespace: allowFrom alone.
+    peers = [{"ipBlock": {"cidr": "10.1.0.0/16"}}]
+    [policy] = by_kind(render(**{"metrics.podMonitor.enabled": True, "metrics.prometheus.namespace": "",
+                                 "metrics.allowFrom": peers}), "NetworkPolicy")
+    assert ingress_8080(policy) == [peers]
+
+
+def notes(**set_values) -> str:
+    """NOTES.txt as `helm install` prints it (render_chart leaves it out: it is no Kubernetes object)."""
+    values = load_values((), set_values)
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values=values, name="raytrain", namespace="default", is_install=True)
+    [text] = [text for name, text in rendered.items() if name.endswith("NOTES.txt")]
+    return text
+
+
+def test_notes_say_how_to_make_an_nfs_export_writable_and_who_scrapes_metrics():
+    nfs = {"sharedStorage.nfs.server": "10.0.0.2", "sharedStorage.nfs.path": "/exports/raytrain"}
+    text = notes(**nfs)
+    assert "all_squash,anonuid=1000,anongid=100" in text and "chown 1000:100" in text
+    assert "sharedStorage.volumePermissions.enabled=true" in text
+    prepared = notes(**nfs, **{"sharedStorage.volumePermissions.enabled": True})
+    assert "all_squash" not in prepared and "-c volume-permissions" in prepared
+    assert "all_squash" not in notes() and "Metrics" not in notes()
+    scraped = notes(**{"metrics.podMonitor.enabled": True})
+    assert 'pods {"app.kubernetes.io/name":"prometheus"} in namespace monitoring' in scraped
+
+
+BAD_VALUES = [
+    # (values, what the message must say) -- values.schema.json
+    ({"worker": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    ({"head": {"replicas": 3}}, "additional properties 'replicas' not allowed"),
+    ({"additionalWorkerGroups": {"highmem": {"replicas": 1, "minReplicas": 0, "maxReplicas": 1, "cpus": 2,
+                                             "resources": {"cpu": 1, "memory": "1Gi"}}}}, "additional properties 'cpus' not allowed"),
+    ({"additionalWorkerGroups": {"highmem": {"replicas": 1}}}, "/additionalWorkerGroups/highmem"),
+    ({"head": {"resources": {"cpu": "2 cores", "memory": "8Gi"}}}, "/head/resources/cpu"),
+    ({"sharedStorage": {"volumePermissions": {"resources": {"cpu": "lots", "memory": "64Mi"}}}},
+     "/sharedStorage/volumePermissions/resources/cpu"),
+    ({"metrics": {"prometheus": {"podLabels": {"app": 1}}}}, "/metrics/prometheus/podLabels/app"),
+    ({"rayVersion": "2.55"}, "/rayVersion"),
+    ({"worker": {"resources": {"cpu": "500m"}}}, "/worker/resources/cpu"),
+    ({"service": {"type": "ExternalName"}}, "/service/type"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"sharedStorage": {"mountPath": "mnt/shared"}}, "/sharedStorage/mountPath"),
+    ({"gpuWorker": {"enabled": True, "gpus": 0}}, "/gpuWorker/gpus"),
+    ({"additionalWorkerGroups": {"worker": {"replicas": 1, "minReplicas": 0, "maxReplicas": 1,
+                                            "resources": {"cpu": 1, "memory": "1Gi"}}}}, "additionalWorkerGroups.worker: the name \"worker\" belongs to a built-in group"),
+    ({"additionalWorkerGroups": {"Big_Group": {}}}, "/additionalWorkerGroups"),
+    ({"shmSize": "lots"}, "/shmSize"),
+    ({"bogus": 1}, "additional properties 'bogus' not allowed"),
+    # validateValues
+    ({"sharedStorage": {"nfs": {"server": "10.0.0.2"}}}, "sharedStorage.nfs.path is empty"),
+    ({"sharedStorage": {"nfs": {"path": "/exports"}}}, "neither sharedStorage.nfs.server nor sharedStorage.existingClaim"),
+    ({"sharedStorage": {"existingClaim": "a", "hostPath": "/data"}}, "set only one of existingClaim"),
+    ({"image": {"tag": "0.1.0-ray2.54.0"}}, "carries Ray 2.54.0 but rayVersion is 2.55.1"),
+    ({"rayVersion": "2.50.0", "image": {"tag": "custom"}}, "auth.enabled needs Ray >= 2.52.0"),
+    ({"worker": {"replicas": 5, "maxReplicas": 4}}, "worker: need minReplicas <= replicas <= maxReplicas"),
+    ({"worker": {"rayStartParams": {"num-cpus": "2"}}}, "worker.rayStartParams.num-cpus is set"),
+    ({"worker": {"enabled": False}}, "no worker group is enabled"),
+    ({"fullnameOverride": "1cluster"}, "is not a DNS-1035 label"),
+    # 30% of the worker's 16Gi is 4916Mi: Ray would put that object store in /tmp.
+    ({"shmSize": "2Gi"}, "shmSize 2Gi is below the object store Ray creates in /dev/shm on worker (4916Mi"),
+    ({"shmSize": "8Gi", "head": {"resources": {"cpu": 2, "memory": "8Gi"},
+                                 "rayStartParams": {"object-store-memory": "9000000000"}}}, "on head (8584Mi"),
+    ({"metrics": {"podMonitor": {"enabled": True}, "prometheus": {"namespace": ""}}},
+     "metrics.podMonitor.enabled with networkPolicy.enabled needs the scraper admitted to port 8080"),
+    ({"terminationGracePeriodSeconds": 10}, "preStopDrain.marginSeconds (10) must be below terminationGracePeriodSeconds (10)"),
+    ({"preStopDrain": {"marginSeconds": -1}}, "/preStopDrain/marginSeconds"),
+    ({"preStopDrain": {"wait": 5}}, "additional properties 'wait' not allowed"),
+]
+
+
+@pytest.mark.parametrize("values,expected", BAD_VALUES, ids=[e for _, e in BAD_VALUES])
+def test_bad_values_fail_with_a_clear_message(values, expected):
+    with pytest.raises(ChartError) as caught:
+        render_chart(CHART, (), values)
+    assert expected in str(caught.value)
+
+
+def test_the_worker_group_shape_is_defined_once_in_the_schema():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    shape = {"$ref": "#/$defs/workerGroup"}
+    properties = schema["properties"]
+    assert properties["worker"]["allOf"][0] == properties["gpuWorker"]["allOf"][0] == shape
+    assert properties["additionalWorkerGroups"]["additionalProperties"] == shape
+    # Draft-07, which Helm 3's validator reads too: it ignores whatever sits beside a $ref, so only annotations may.
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+    def annotations_only(node: dict) -> bool:
+        return set(node) <= {"description", "default", "properties"} and all(
+            annotations_only(child) for child in node.get("properties", {}).values())
+
+    def beside_refs(node):
+        if isinstance(node, dict):
+            if "$ref" in node and not annotations_only({k: v for k, v in node.items() if k != "$ref"}):
+                yield node
+            for value in node.values():
+                yield from beside_refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from beside_refs(value)
+
+    assert not list(beside_refs(schema))
+    assert "worker" not in json.dumps(schema["$defs"]["workerGroup"]["properties"])
+
+
+def test_a_disabled_group_is_off_whichever_switch_is_used():
+    extra = {"replicas": 1, "minReplicas": 0, "maxReplicas": 1, "resources": {"cpu": 1, "memory": "1Gi"}}
+    [cluster] = by_kind(render(additionalWorkerGroups={"a": {**extra, "disabled": True}, "b": {**extra, "enabled": False},
+                                                       "c": {**extra, "gpus": 1}}), "RayCluster")
+    names = [name for name, _ in groups(cluster)]
+    assert names == ["head", "worker", "c"]
+    [c] = [g for name, g in groups(cluster) if name == "c"]
+    assert c["rayStartParams"]["num-gpus"] == "1" and c["template"]["spec"]["containers"][0]["image"].endswith("-gpu")
+
+
+def group_env(group: dict) -> dict:
+    """NAME -> value of a RayCluster group's (single) Ray container."""
+    [container] = group["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+def head_env(objects) -> dict:
+    [cluster] = by_kind(objects, "RayCluster")
+    return group_env(cluster["spec"]["headGroupSpec"])
+
+
+def test_failure_detection_reaches_the_head_only_and_matches_the_bench_cluster():
+    from raytrain.cluster.localcluster import FAILURE_DETECTION_ENV
+
+    objects = render()
+    env = head_env(objects)
+    assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV
+    [cluster] = by_kind(objects, "RayCluster")
+    for name, group in groups(cluster)[1:]:
+        assert not any(k.startswith("RAY_health_check") for k in group_env(group)), name
+
+
+def test_failure_detection_can_be_tuned_or_left_to_ray_and_keeps_user_env():
+    tuned = head_env(render(**{"failureDetection.healthCheckPeriodMs": 500,
+                               "head.env": [{"name": "EXTRA", "value": "1"}]}))
+    assert tuned["RAY_health_check_period_ms"] == "500" and tuned["EXTRA"] == "1"
+    assert not any(k.startswith("RAY_health_check") for k in head_env(render(**{"failureDetection.enabled": False})))
+
+
+def test_the_standalone_rayjob_sets_the_same_failure_detection_on_its_head():
+    from raytrain.cluster.localcluster import FAILURE_DETECTION_ENV
+
+    docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
+    [job] = [d for d in docs if d and d["kind"] == "RayJob"]
+    env = group_env(job["spec"]["rayClusterSpec"]["headGroupSpec"])
+    assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV

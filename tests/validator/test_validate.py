@@ -1,0 +1,273 @@
+"""`raytrain validate`: what ships passes, other people's valid RayJobs pass, each kind of mistake is caught with a
+message naming the file, the object, the field and the fix."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raytrain.config import load_config
+from raytrain.validator.render import render_chart
+from raytrain.validator.validate import validate_paths
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "raytrain-cluster"
+MANIFESTS = REPO / "manifests"
+DATA = Path(__file__).parent / "data"
+DELETE = object()
+
+
+def test_what_ships_validates(crd_dir):
+    assert validate_paths([CHART, MANIFESTS], crd_dir) == []
+
+
+@pytest.mark.parametrize("values_name", ["values.yaml", "values-gpu.yaml", "values-kind.yaml"])
+def test_each_values_file_and_its_rendered_yaml_validate(crd_dir, tmp_path, values_name):
+    assert validate_paths([CHART / values_name], crd_dir) == []
+    files = [CHART / values_name] if values_name != "values.yaml" else []
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(render_chart(CHART, files)))
+    assert validate_paths([rendered], crd_dir) == []
+
+
+@pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml"])
+def test_the_rayjobs_fit_the_kind_cluster(crd_dir, manifest):
+    assert validate_paths([MANIFESTS / manifest], crd_dir, values=CHART / "values-kind.yaml") == []
+
+
+def errors(problems):
+    return [p for p in problems if p.is_error]
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in DATA.glob("kuberay-*.yaml")))
+def test_valid_manifests_written_by_other_people_pass(crd_dir, sample):
+    """Ours in KubeRay's style, and a few of KubeRay v1.7.0's own samples (all 65 of its RayCluster and RayJob
+    samples pass; these are the ones that once failed, and small representative ones)."""
+    assert errors(validate_paths([DATA / sample], crd_dir)) == []
+
+
+def test_generate_name_is_valid_with_a_note(crd_dir):
+    [note] = validate_paths([DATA / "kuberay-v1.7.0-ray-job.kueue-toy-sample.yaml"], crd_dir)
+    assert not note.is_error and note.field == "metadata.generateName" and note.obj == "RayJob/rayjob-sample-*"
+    assert "`kubectl apply -f` refuses" in note.message and "kubectl create" in note.fix
+
+
+def test_a_worker_group_without_min_and_max_replicas_is_valid(crd_dir, tmp_path):
+    """The CRD defaults them (0 and 2^31-1); the API server applies defaults before it checks what is required."""
+    path = _write_broken(tmp_path, SA, [("RayJob", WORKER0 + ["minReplicas"], DELETE),
+                                        ("RayJob", WORKER0 + ["maxReplicas"], DELETE)])
+    assert validate_paths([path], crd_dir) == []
+
+
+def test_a_folder_holding_a_chart_renders_it(crd_dir):
+    """`raytrain validate helm manifests`: helm/raytrain-cluster is rendered with each values file, not parsed."""
+    assert validate_paths([REPO / "helm", MANIFESTS], crd_dir) == []
+
+
+def test_a_values_file_outside_the_chart(crd_dir, tmp_path):
+    mine = tmp_path / "elsewhere" / "my-values.yaml"
+    mine.parent.mkdir()
+    mine.write_text((CHART / "values-kind.yaml").read_text())
+    assert validate_paths([MANIFESTS / "rayjob.yaml"], crd_dir, values=mine) == []  # --values /elsewhere/...
+    assert validate_paths([mine], crd_dir) == []  # rendered with the default chart
+    assert validate_paths([mine], crd_dir, chart=CHART) == []
+    mine.write_text("worker:\n  replicas: 9\n")
+    [problem] = validate_paths([mine], crd_dir)
+    assert str(mine) in problem.file and "minReplicas <= replicas <= maxReplicas" in problem.message
+
+
+@pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml"])
+def test_the_job_configmap_is_the_linear_preset(tmp_path, manifest):
+    docs = list(yaml.safe_load_all((MANIFESTS / manifest).read_text()))
+    [cm] = [d for d in docs if d["kind"] == "ConfigMap"]
+    job = tmp_path / "job.yaml"
+    job.write_text(cm["data"]["job.yaml"])
+    from_manifest = load_config(str(job)).to_dict()
+    preset = load_config("linear").to_dict()
+    from_manifest["run"]["name"] = preset["run"]["name"]
+    assert from_manifest == preset
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a table of broken manifests: (case, manifest, edits, expected field, expected words)
+
+
+def _set(docs, kind, path, value):
+    [doc] = [d for d in docs if d["kind"] == kind]
+    node = doc
+    for key in path[:-1]:
+        node = node.setdefault(key, {}) if isinstance(node, dict) else node[key]
+    if value is DELETE:
+        node.pop(path[-1], None)
+    else:
+        node[path[-1]] = value
+
+
+def _replace_in_job_config(docs, old, new):
+    [cm] = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert old in cm["data"]["job.yaml"]
+    cm["data"]["job.yaml"] = cm["data"]["job.yaml"].replace(old, new)
+
+
+RJ, SA = "rayjob.yaml", "rayjob-standalone.yaml"
+ENTRY = "raytrain run job.yaml --name linear --storage /mnt/shared/runs --address auto"
+HEAD = ["spec", "rayClusterSpec", "headGroupSpec"]
+WORKER0 = ["spec", "rayClusterSpec", "workerGroupSpecs", 0]
+
+BROKEN = [
+    # KubeRay admission rules that the CRD schema does not express
+    ("clusterSelector with backoffLimit", RJ, [("RayJob", ["spec", "backoffLimit"], 2)],
+     "spec.backoffLimit", "clusterSelector"),
+    ("clusterSelector with suspend", RJ, [("RayJob", ["spec", "suspend"], True)],
+     "spec.suspend", "clusterSelector mode does not support suspend"),
+    ("clusterSelector in SidecarMode", RJ, [("RayJob", ["spec", "submissionMode"], "SidecarMode")],
+     "spec.submissionMode", "SidecarMode does not support clusterSelector"),
+    ("clusterSelector without the cluster name", RJ, [("RayJob", ["spec", "clusterSelector"], {"app": "x"})],
+     "spec.clusterSelector", "no 'ray.io/cluster' key"),
+    ("suspend without shutdownAfterJobFinishes", SA, [("RayJob", ["spec", "suspend"], True),
+                                                      ("RayJob", ["spec", "shutdownAfterJobFinishes"], False),
+                                                      ("RayJob", ["spec", "ttlSecondsAfterFinished"], DELETE)],
+     "spec.suspend", "shutdownAfterJobFinishes false cannot be suspended"),
+    ("deletionRules with shutdownAfterJobFinishes", SA, [("RayJob", ["spec", "deletionStrategy"], {"deletionRules": [
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}]})],
+     "spec.deletionStrategy.deletionRules", "cannot be combined with shutdownAfterJobFinishes"),
+    ("deletion rule with two conditions (CEL rule)", RJ, [("RayJob", ["spec", "deletionStrategy"], {"deletionRules": [
+        {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed"}}]})],
+     "spec.deletionStrategy.deletionRules[0].condition", "exactly one of jobStatus and jobDeploymentStatus"),
+    ("DeleteCluster with clusterSelector", RJ, [("RayJob", ["spec", "deletionStrategy"], {"deletionRules": [
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}]})],
+     "spec.deletionStrategy.deletionRules[0].policy", "not allowed with clusterSelector"),
+    ("TTL without shutdown", RJ, [("RayJob", ["spec", "ttlSecondsAfterFinished"], 60)],
+     "spec.ttlSecondsAfterFinished", "without shutdownAfterJobFinishes"),
+    ("RayJob name over 47 characters", RJ, [("RayJob", ["metadata", "name"], "r" * 48)],
+     "metadata.name", "at most 47"),
+    ("RayJob name not DNS-1035", RJ, [("RayJob", ["metadata", "name"], "1-linear")],
+     "metadata.name", "DNS-1035"),
+    ("neither cluster spec nor selector", RJ, [("RayJob", ["spec", "clusterSelector"], DELETE)],
+     "spec", "neither rayClusterSpec nor clusterSelector"),
+    ("non-positive deadline", RJ, [("RayJob", ["spec", "activeDeadlineSeconds"], 0)],
+     "spec.activeDeadlineSeconds", "positive"),
+    ("submitter restartPolicy Always", RJ, [("RayJob", ["spec", "submitterPodTemplate", "spec", "restartPolicy"],
+                                             "Always")],
+     "spec.submitterPodTemplate.spec.restartPolicy", "Kubernetes Job"),
+    ("runtimeEnvYAML not a mapping", RJ, [("RayJob", ["spec", "runtimeEnvYAML"], "- working_dir")],
+     "spec.runtimeEnvYAML", "not a YAML mapping"),
+    ("token auth with an old rayVersion", SA, [("RayJob", ["spec", "rayClusterSpec", "rayVersion"], "2.50.0")],
+     "spec.rayClusterSpec.rayVersion", "needs Ray 2.52.0"),
+    ("resources in rayStartParams and the group", SA, [("RayJob", WORKER0 + ["resources"], {"CPU": "1"})],
+     "spec.rayClusterSpec.workerGroupSpecs[0].resources", "both here and in rayStartParams"),
+    # the CRD schemas (KubeRay v1.7.0)
+    ("unknown field", SA, [("RayJob", WORKER0 + ["replica"], 3)],
+     "spec.rayClusterSpec.workerGroupSpecs[0].replica", "did you mean 'replicas'"),
+    ("wrong type", SA, [("RayJob", WORKER0 + ["replicas"], "three")],
+     "spec.rayClusterSpec.workerGroupSpecs[0].replicas", "must be integer"),
+    ("enum", RJ, [("RayJob", ["spec", "submissionMode"], "ShellMode")],
+     "spec.submissionMode", "not one of"),
+    ("int-or-string port must not be a list", SA, [("RayJob", HEAD + ["template", "spec", "containers", 0, "ports", 0,
+                                                                       "containerPort"], [6379])],
+     "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].ports[0].containerPort", "must be integer"),
+    ("old apiVersion", RJ, [("RayJob", ["apiVersion"], "ray.io/v1alpha1")], "apiVersion", "use apiVersion: ray.io/v1"),
+    # core objects (kubernetes-validate)
+    ("ConfigMap data not a string", RJ, [("ConfigMap", ["data", "extra"], 5)], "data.extra", "must be"),
+    ("ConfigMap unknown field", RJ, [("ConfigMap", ["date"], {})], "date", "unknown field 'date'"),
+    # raytrain cross-checks
+    ("job cannot fit the cluster", RJ, [("job.yaml", "cpus_per_worker: auto", "cpus_per_worker: 4")],
+     "data.job.yaml", "this job can never be scheduled"),
+    ("storage off the shared mount", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY.replace("/mnt/shared/runs", "/tmp/runs"))],
+     "spec.entrypoint", "not on the shared mount"),
+    ("storage left at the config default", RJ, [("RayJob", ["spec", "entrypoint"],
+                                                 ENTRY.replace(" --storage /mnt/shared/runs", ""))],
+     "spec.entrypoint", "./runs is not on the shared mount"),
+    ("image Ray differs from rayVersion", SA, [("RayJob", ["spec", "rayClusterSpec", "rayVersion"], "2.54.0")],
+     "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].image", "runs Ray 2.55.1 but rayVersion is 2.54.0"),
+    ("submitter image Ray differs from the cluster", RJ, [("RayJob", ["spec", "submitterPodTemplate", "spec",
+                                                                      "containers", 0, "image"], "rayproject/ray:2.53.0")],
+     "spec.submitterPodTemplate.spec.containers[0].image", "runs Ray 2.53.0 but rayVersion is 2.55.1"),
+    ("run config invalid", RJ, [("job.yaml", "optimizer: adam", "optimizer: adamax")],
+     "data.job.yaml", "optimizer"),
+    ("run config unknown key", RJ, [("job.yaml", "lr: 0.01", "learning_rate: 0.01")],
+     "data.job.yaml", "learning_rate"),
+    ("bad --set override", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY + " --set train.epochs=many")],
+     "spec.entrypoint", "--set train.epochs=many` would be refused: train.epochs: 'many' is not allowed"),
+    ("run name that `raytrain run` refuses", RJ, [("RayJob", ["spec", "entrypoint"],
+                                                    ENTRY.replace("--name linear", "--name a/b"))],
+     "spec.entrypoint", "--name a/b` would be refused: run.name: 'a/b' cannot name a run directory"),
+    ("empty --storage", RJ, [("RayJob", ["spec", "entrypoint"],
+                              ENTRY.replace("--storage /mnt/shared/runs", "--storage ''"))],
+     "spec.entrypoint", "`raytrain run` would be refused: --storage '': is empty"),
+    ("bad model parameter in the ConfigMap", RJ, [("job.yaml", "hidden: 32", "hidden: many")],
+     "data.job.yaml", "model.hidden: 'many' is not allowed"),
+    ("unknown preset", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY.replace("job.yaml", "linaer"))],
+     "spec.entrypoint", "neither a YAML file nor a preset"),
+    ("no --address auto", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY.replace(" --address auto", ""))],
+     "spec.entrypoint", "add --address auto"),
+    ("no --name", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY.replace(" --name linear", ""))],
+     "spec.entrypoint", "without --name"),
+    ("unknown raytrain option", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY + " --workers 3")],
+     "spec.entrypoint", "unrecognized arguments: --workers 3"),
+    ("no working_dir for a relative config", RJ, [("RayJob", ["spec", "runtimeEnvYAML"], "env_vars: {A: b}\n")],
+     "spec.runtimeEnvYAML", "has no working_dir"),
+    ("ConfigMap not in the manifest set", RJ, [("drop", "ConfigMap", None)],
+     "spec.submitterPodTemplate.spec.volumes", "not in this manifest set"),
+    ("submitter not admitted by the NetworkPolicy", RJ, [("RayJob", ["spec", "submitterPodTemplate", "metadata"], DELETE)],
+     "spec.submitterPodTemplate.metadata.labels", "does not admit the submitter"),
+]
+
+
+def _write_broken(tmp_path, manifest, edits):
+    docs = [d for d in yaml.safe_load_all((MANIFESTS / manifest).read_text()) if d]
+    docs = copy.deepcopy(docs)
+    for kind, path, value in edits:
+        if kind == "job.yaml":
+            _replace_in_job_config(docs, path, value)
+        elif kind == "drop":
+            docs = [d for d in docs if d["kind"] != path]
+        else:
+            _set(docs, kind, path, value)
+    out = tmp_path / manifest
+    out.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return out
+
+
+@pytest.mark.parametrize("case,manifest,edits,field,words", BROKEN, ids=[c[0] for c in BROKEN])
+def test_broken_manifests_give_their_error(crd_dir, tmp_path, case, manifest, edits, field, words):
+    path = _write_broken(tmp_path, manifest, edits)
+    problems = validate_paths([path], crd_dir)
+    matching = [p for p in problems if p.field == field and words in str(p)]
+    assert matching, f"{case}: expected {field!r} with {words!r}, got:\n" + "\n".join(map(str, problems))
+    problem = matching[0]
+    assert str(path) in problem.file and problem.obj and problem.fix
+    assert str(problem).startswith(str(path)) and f": {field}: " in str(problem) and " Fix: " in str(problem)
+
+
+def test_a_job_too_big_for_the_kind_cluster(crd_dir, tmp_path):
+    path = _write_broken(tmp_path, RJ, [("job.yaml", "num_workers: 3", "num_workers: 4"),
+                                        ("job.yaml", "cpus_per_worker: auto", "cpus_per_worker: 1")])
+    assert validate_paths([path], crd_dir) == []  # the default cluster (2 x 4 CPUs) holds it
+    [problem] = validate_paths([path], crd_dir, values=CHART / "values-kind.yaml")
+    assert "this job can never be scheduled" in problem.message and "RayCluster raytrain" in problem.message
+
+
+def test_a_bad_values_file_names_itself(crd_dir, tmp_path):
+    chart = tmp_path / "raytrain-cluster"
+    chart.mkdir()
+    for item in CHART.rglob("*"):
+        target = chart / item.relative_to(CHART)
+        target.mkdir(exist_ok=True) if item.is_dir() else target.write_bytes(item.read_bytes())
+    bad = chart / "values-bad.yaml"
+    bad.write_text("worker:\n  replicas: 9\n")
+    [problem] = validate_paths([bad], crd_dir)
+    assert "values-bad.yaml" in problem.file and "minReplicas <= replicas <= maxReplicas" in problem.message
+    assert len(validate_paths([chart], crd_dir)) == 1  # the chart dir renders with each of its values files
+
+
+def test_unreadable_inputs_are_problems_not_tracebacks(crd_dir, tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a\n")
+    [problem] = validate_paths([broken], crd_dir)
+    assert "not valid YAML at line" in problem.message
+    [problem] = validate_paths([tmp_path / "missing.yaml"], crd_dir)
+    assert "does not exist" in problem.message
+    [problem] = validate_paths([MANIFESTS], tmp_path)
+    assert "cannot read KubeRay CRD" in problem.message and "RAYTRAIN_KUBERAY_CRDS" in problem.message

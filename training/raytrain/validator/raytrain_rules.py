@@ -1,0 +1,348 @@
+"""raytrain's own checks of a manifest set: a RayJob whose entrypoint runs `raytrain run` is read as `raytrain run`
+will read it (its options, its run config from a preset or a mounted ConfigMap) and checked against the cluster it
+runs on: the storage path is on a volume every pod shares, the workers fit the cluster's nodes, and the submitter
+pod reaches the dashboard through the cluster's NetworkPolicy. KubeRay's own admission rules are elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import shlex
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raytrain.validator.problems import Doc, Problem, split_fix
+from raytrain.validator.quantity import QuantityError
+from raytrain.validator.shape import ShapeError, get, groups, node_resources, shared_mounts
+from raytrain.run_options import (add_address_option, add_config_options, add_lease_option, config_overrides,
+                                  override_origin)
+
+DASHBOARD_PORT = 8265
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the images against rayVersion
+
+
+def check_ray_images(doc: Doc) -> list[Problem]:
+    """raytrain: every group's image carries the Ray that rayVersion announces (KubeRay acts on rayVersion)."""
+    out: list[Problem] = []
+    if doc.kind == "RayCluster":
+        spec, prefix = doc.obj.get("spec") or {}, "spec"
+    else:
+        spec, prefix = get(doc.obj, "spec", "rayClusterSpec", default={}), "spec.rayClusterSpec"
+    for path, _, group in groups(spec, prefix):
+        for i, container in enumerate(get(group, "template", "spec", "containers", default=[])):
+            out += check_image_version(doc, f"{path}.template.spec.containers[{i}].image", container.get("image"),
+                                       spec.get("rayVersion"))
+    return out
+
+
+def image_ray_version(image: Any) -> str | None:
+    """The Ray version an image tag names: raytrain's '<version>-ray2.55.1[-gpu]' or rayproject/ray:2.55.1[-...]."""
+    image = str(image or "")
+    name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    match = re.search(r"(?:^|-)ray(\d+\.\d+\.\d+)", tag)
+    if match:
+        return match.group(1)
+    if re.search(r"(^|/)ray(-ml|-llm)?$", name):
+        match = re.match(r"^(\d+\.\d+\.\d+)", tag)
+        return match.group(1) if match else None
+    return None
+
+
+def check_image_version(doc: Doc, field: str, image: Any, ray_version: Any) -> list[Problem]:
+    in_image = image_ray_version(image)
+    if in_image and ray_version and in_image != str(ray_version):
+        return [doc.problem(field, f"image {image} runs Ray {in_image} but rayVersion is {ray_version}.",
+                            f"use the image built for Ray {ray_version}, or set rayVersion: \"{in_image}\"")]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# reading a RayJob as raytrain runs it
+
+
+@dataclasses.dataclass
+class RaytrainRun:
+    """`raytrain run CONFIG [--set k=v]... [--name N] [--storage P] [--address A] [--smoke-test]`."""
+
+    config: str
+    overrides: list[str]
+    name: str | None
+    storage: str | None
+    address: str | None
+    smoke_test: bool
+
+
+class EntrypointError(ValueError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print usage and exit
+        raise EntrypointError(message)
+
+
+def parse_entrypoint(entrypoint: Any) -> RaytrainRun | None:
+    """The `raytrain run` command of a RayJob entrypoint; None when the entrypoint runs something else."""
+    try:
+        # punctuation_chars: "auto; echo" and "a&&b" split at the shell operators, as the shell would.
+        lexer = shlex.shlex(str(entrypoint or ""), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError as exc:
+        raise EntrypointError(f"cannot be split into words ({exc})") from exc
+    for i, token in enumerate(tokens[:-1]):
+        if Path(token).name == "raytrain" and tokens[i + 1] == "run":
+            args = []
+            for word in tokens[i + 2:]:
+                if word and set(word) <= set("&|;()<>"):
+                    break
+                args.append(word)
+            parser = _Parser(prog="raytrain run", add_help=False)
+            add_config_options(parser)  # the same declarations as the CLI's `raytrain run`
+            add_address_option(parser)
+            add_lease_option(parser)
+            ns = parser.parse_args(args)
+            return RaytrainRun(ns.config, ns.set or [], ns.name, ns.storage, ns.address, ns.smoke_test)
+    return None
+
+
+@dataclasses.dataclass
+class RunConfigSource:
+    doc: Doc  # the ConfigMap holding the file, or the RayJob for a preset
+    field: str
+    text: str | None  # None: a preset shipped in the image
+    ref: str
+
+
+def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[RunConfigSource | None, list[Problem]]:
+    """Where CONFIG comes from: a preset, or a file that `ray job submit` uploads from the runtime env's working_dir,
+    which the submitter pod has from a ConfigMap. (None, []) when it cannot be known offline (absolute or remote)."""
+    ref = run.config
+    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        return RunConfigSource(job, "spec.entrypoint", None, ref), []
+    if ref.startswith("/"):
+        return None, []  # a file already on the head pod's disk
+    spec = job.obj.get("spec") or {}
+    try:
+        working_dir = (yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {}).get("working_dir")
+    except (yaml.YAMLError, AttributeError):
+        return None, []  # reported by check_job_spec
+    if not working_dir:
+        return None, [job.problem("spec.runtimeEnvYAML", f"has no working_dir, so the entrypoint's '{ref}' does not "
+                                  "reach the head pod.", "add 'working_dir: /etc/raytrain-job' and mount the run "
+                                  "config's ConfigMap there in the submitterPodTemplate")]
+    if "://" in str(working_dir):
+        return None, []  # a remote package: not in this manifest set
+    pod = get(spec, "submitterPodTemplate", "spec", default={})
+    container = get(pod, "containers", 0, default={})
+    mount = next((m for m in container.get("volumeMounts") or [] if m.get("mountPath") == working_dir), None)
+    volume = next((v for v in pod.get("volumes") or [] if mount and v.get("name") == mount.get("name")), None)
+    cm_name = get(volume, "configMap", "name")
+    if not cm_name:
+        return None, [job.problem("spec.submitterPodTemplate", f"mounts no ConfigMap at the runtime env's working_dir "
+                                  f"{working_dir}, so `ray job submit` uploads no '{ref}'.", f"mount the ConfigMap "
+                                  f"holding {ref} at {working_dir} in the first container")]
+    items = {i.get("path"): i.get("key") for i in get(volume, "configMap", "items", default=[])}
+    key = items.get(ref, ref) if items else ref
+    cm = next((d for d in docs if d.kind == "ConfigMap" and d.name == cm_name), None)
+    if cm is None:
+        return None, [job.problem("spec.submitterPodTemplate.spec.volumes", f"ConfigMap {cm_name} with the run "
+                                  "config is not in this manifest set, so it cannot be checked.",
+                                  "put the ConfigMap in the same file or directory as the RayJob")]
+    text = get(cm.obj, "data", key)
+    if text is None:
+        return None, [cm.problem(f"data.{key}", f"is missing; the RayJob {job.name} runs `raytrain run {ref}`.",
+                                 f"add the run config under the key '{key}'")]
+    return RunConfigSource(cm, f"data.{key}", str(text), ref), []
+
+
+def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None = None) -> tuple[Any, list[Problem]]:
+    """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's overrides, built as
+    `raytrain run` builds them (--set, --name, --storage), without the user's code: components named by the user's
+    import paths give a note, not an error. A key the entrypoint overrides is blamed on the entrypoint, any other on
+    the run config."""
+    from raytrain.config import ConfigError, load_config
+
+    try:
+        overrides = config_overrides(run.overrides, run.name, run.storage)
+    except ConfigError as exc:  # --storage '' or --name '': refused by `raytrain run` before any config is read
+        message, fix = split_fix(str(exc))
+        doc, field = (job, "spec.entrypoint") if job is not None else (source.doc, source.field)
+        return None, [doc.problem(field, f"`raytrain run` would be refused: {message}", fix)]
+    with tempfile.TemporaryDirectory(prefix="raytrain-validate-") as tmp:
+        ref = source.ref
+        if source.text is not None:
+            path = Path(tmp) / Path(source.ref).name
+            path.write_text(source.text)
+            ref = str(path)
+        try:
+            # The user's modules are not here (they reach the cluster with the job): their components' keys are
+            # theirs, checked when `raytrain run` starts; everything else is checked now.
+            cfg = load_config(ref, overrides, smoke=run.smoke_test, import_user_code=False)
+        except ConfigError as exc:
+            text = str(exc)
+            overridden = [o for o in overrides if text.startswith(f"{override_origin(o)}: ")]
+            if overridden and job is not None:
+                origin = override_origin(overridden[0])
+                message, fix = split_fix(text[len(origin) + 2:])
+                return None, [job.problem("spec.entrypoint", f"`raytrain run ... {origin}` would be refused: "
+                                          f"{message}", fix)]
+            message, fix = split_fix(text.replace(ref, f"{source.ref} ({source.doc.ref} {source.field})"))
+            return None, [source.doc.problem(source.field, message, fix)]
+    unchecked = list(cfg.unchecked)
+    if not cfg.loss.path.startswith(("raytrain.", "torch.")):  # a loss of the user's own (torch's are known)
+        unchecked.append(f"train.loss: {cfg.loss.path}")
+    return cfg, [_unchecked_note(source, unchecked)] if unchecked else []
+
+
+def _unchecked_note(source: RunConfigSource, unchecked: list[str]) -> Problem:
+    return source.doc.problem(source.field, f"names your own code ({'; '.join(unchecked)}): its keyword arguments "
+                              "are yours, so they are checked when `raytrain run` starts on the cluster, where the "
+                              "job's working_dir (or the image) provides the modules.", "nothing to do; to check them "
+                              f"now, run `raytrain run {source.ref} --smoke-test` (or `raytrain local`) in your "
+                              "project's directory", severity="note")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# raytrain's cross-checks
+
+
+def cross_check(docs: list[Doc], target: Callable[[str], tuple[list[Doc], list[Problem]]]) -> list[Problem]:
+    """Every RayJob of a manifest set that runs `raytrain run`, against its run config and its cluster."""
+    out: list[Problem] = []
+    for job in (d for d in docs if d.kind == "RayJob"):
+        spec = job.obj.get("spec") or {}
+        try:
+            run = parse_entrypoint(spec.get("entrypoint"))
+        except EntrypointError as exc:
+            out.append(job.problem("spec.entrypoint", f"is not a valid `raytrain run` command: {exc}.",
+                                   "raytrain run CONFIG [--set k=v]... --name NAME --storage /mnt/shared/runs --address auto"))
+            continue
+        if run is None:
+            continue  # not raytrain: the KubeRay rules above are all that applies
+        if run.address != "auto":
+            out.append(job.problem("spec.entrypoint", f"runs `raytrain run` with --address {run.address or 'unset'}: "
+                                   "it would train on an embedded Ray inside the head pod, not on the cluster.",
+                                   "add --address auto"))
+        if not run.name:
+            out.append(job.problem("spec.entrypoint", "runs `raytrain run` without --name, so a retried or resubmitted "
+                                   "job cannot find its checkpoints.", "add a fixed --name, e.g. --name linear-1"))
+        cluster_docs, cluster_problems = _job_cluster(job, docs, target)
+        out += cluster_problems
+        cluster = next((d for d in cluster_docs if d.kind == "RayCluster"), None)
+        if cluster is not None and not spec.get("rayClusterSpec"):
+            out += _check_submitter(job, spec, cluster, cluster_docs)
+        source, problems = resolve_run_config(job, run, docs)
+        out += problems
+        if source is None:
+            continue
+        cfg, problems = load_run_config(source, run, job)
+        out += problems
+        if cfg is None or cluster is None:
+            continue
+        cluster_spec = spec.get("rayClusterSpec") or cluster.obj.get("spec") or {}
+        out += _check_storage(job, run.storage or cfg.run.storage_path, cluster, cluster_spec)
+        out += _check_fit(job, source, cfg, cluster, cluster_spec)
+    return out
+
+
+def _job_cluster(job: Doc, docs: list[Doc], target: Callable) -> tuple[list[Doc], list[Problem]]:
+    spec = job.obj.get("spec") or {}
+    if isinstance(spec.get("rayClusterSpec"), dict):
+        # The embedded cluster, under the RayJob's own name for messages.
+        return [type(job)(job.source, {"kind": "RayCluster", "metadata": {"name": f"{job.name} (rayClusterSpec)"},
+                                       "spec": spec["rayClusterSpec"]})], []
+    name = get(spec, "clusterSelector", "ray.io/cluster")
+    if not name:
+        return [], []
+    cluster_docs, problems = target(str(name))
+    if problems:
+        return [], [job.problem("spec.clusterSelector", f"its RayCluster {name} cannot be rendered from the chart: "
+                                f"{p.message}", p.fix) for p in problems]
+    matching = [d for d in cluster_docs if d.kind == "RayCluster" and d.name == name]
+    others = [d for d in cluster_docs if d.kind != "RayCluster"]
+    return matching + others, []
+
+
+def _check_submitter(job: Doc, spec: dict, cluster: Doc, cluster_docs: list[Doc]) -> list[Problem]:
+    out: list[Problem] = []
+    ray_version = get(cluster.obj, "spec", "rayVersion")
+    template = spec.get("submitterPodTemplate") or {}
+    for i, container in enumerate(get(template, "spec", "containers", default=[])):
+        out += check_image_version(job, f"spec.submitterPodTemplate.spec.containers[{i}].image",
+                                   container.get("image"), ray_version)
+    labels = get(template, "metadata", "labels", default={})
+    for policy in cluster_docs:
+        if policy.kind != "NetworkPolicy" or not _selects(policy, {"ray.io/cluster": cluster.name}):
+            continue
+        if not _admits(policy, labels, DASHBOARD_PORT):
+            out.append(job.problem("spec.submitterPodTemplate.metadata.labels", f"{policy.ref} of RayCluster "
+                                   f"{cluster.name} does not admit the submitter pod to the dashboard port "
+                                   f"{DASHBOARD_PORT}: `ray job submit` would time out.", "give the submitter pod the "
+                                   "labels of the chart's networkPolicy.submitterPodLabels (raytrain.io/submitter: \"true\")"))
+    return out
+
+
+def _selects(policy: Doc, pod_labels: dict) -> bool:
+    wanted = get(policy.obj, "spec", "podSelector", "matchLabels", default={})
+    return all(pod_labels.get(k) == v for k, v in wanted.items())
+
+
+def _admits(policy: Doc, labels: dict, port: int) -> bool:
+    if "Ingress" not in (get(policy.obj, "spec", "policyTypes", default=["Ingress"])):
+        return True
+    for rule in get(policy.obj, "spec", "ingress", default=[]):
+        ports = [p.get("port") for p in rule.get("ports") or []]
+        if ports and port not in ports:
+            continue
+        peers = rule.get("from")
+        if not peers:
+            return True
+        for peer in peers:
+            if "podSelector" in peer and "namespaceSelector" not in peer and "ipBlock" not in peer:
+                wanted = get(peer, "podSelector", "matchLabels", default={})
+                if all((labels or {}).get(k) == v for k, v in wanted.items()):
+                    return True
+    return False
+
+
+def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> list[Problem]:
+    mounts = shared_mounts(cluster_spec)
+    where = f"RayCluster {cluster.name}"
+    if not mounts:
+        return [job.problem("spec.entrypoint", f"{where} mounts no persistent volume on every group, so checkpoints "
+                            "cannot be shared and a retried run cannot resume.", "enable the chart's sharedStorage (or "
+                            "mount one ReadWriteMany volume at the same path in the head and every worker group)")]
+    if not storage.startswith("/") or not any(storage == m or storage.startswith(m.rstrip("/") + "/") for m in mounts):
+        return [job.problem("spec.entrypoint", f"the storage path {storage} is not on the shared mount of {where} "
+                            f"({', '.join(mounts)}): each pod would keep its own checkpoints and a retry could not "
+                            "resume.", f"pass --storage {mounts[0].rstrip('/')}/runs")]
+    return []
+
+
+def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
+    from raytrain.errors import LaunchError
+    from raytrain.sizing import size_workers  # the same sizing `raytrain run` does on the cluster
+
+    embedded = isinstance(get(job.obj, "spec", "rayClusterSpec"), dict)
+    try:
+        nodes = node_resources(cluster_spec, "spec.rayClusterSpec" if embedded else "spec")
+    except (QuantityError, ShapeError) as exc:
+        message, fix = split_fix(str(exc))
+        return [(job if embedded else cluster).problem("", message, fix)]
+    try:
+        size_workers(cfg, nodes)
+    except LaunchError as exc:
+        message, fix = split_fix(str(exc))
+        return [source.doc.problem(source.field if source.text is not None else "spec.entrypoint",
+                                   f"on RayCluster {cluster.name}: {message}", fix)]
+    return []

@@ -1,0 +1,315 @@
+"""`raytrain validate`: check charts, values files and manifests before anything reaches a cluster.
+
+Paths become manifest sets (a chart rendered once per values file, a kustomization directory rendered by
+`kubectl kustomize`, a manifest file or directory as it is), and
+each object goes through four layers, each reported as a Problem (problems.py) that names the file, the object,
+the field and the fix:
+1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
+2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas, with the CRDs' defaults applied first, as the
+   API server does (crds.py), and their CEL rules;
+3. KubeRay's admission rules that live in the webhook and the operator's code, under the operator's feature
+   gates (kuberay_rules.py; RayService and RayCronJob are not checked);
+4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount,
+   uses an image whose Ray matches rayVersion, and carries a valid run config (raytrain_rules.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from raytrain.validator import raytrain_rules
+from raytrain.validator.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
+from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
+from raytrain.validator.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
+from raytrain.validator.problems import Doc, Problem, field_path, split_fix
+from raytrain.validator.render import ChartError, default_chart_dir, render_chart_templates
+
+# Kubernetes version the core schemas are checked against (KubeRay v1.7.0 supports 1.27+; kind ships ~1.33).
+KUBE_VERSION = "1.33"
+RAY_GROUP = "ray.io"
+# What the API server appends to metadata.generateName: 5 random characters. The rules check the whole name.
+GENERATED_SUFFIX = "xxxxx"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# loading: paths -> manifest sets
+
+
+def _is_chart(path: Path) -> bool:
+    return (path / "Chart.yaml").is_file()
+
+
+def _values_files_of(chart: Path) -> list[Path]:
+    """values.yaml first (the defaults), then the overlays values-*.yaml."""
+    return sorted(chart.glob("values*.yaml"), key=lambda p: (p.name != "values.yaml", p.name))
+
+
+def render_set(chart: Path, values_file: Path | None, release_name: str = "raytrain") -> tuple[list[Doc], list[Problem]]:
+    """Render the chart with one values file (the chart's own values.yaml, or None: the defaults alone) into a
+    manifest set. The values file may live anywhere."""
+    is_defaults = values_file is None or Path(values_file).resolve() == (Path(chart) / "values.yaml").resolve()
+    overlays = [] if is_defaults else [Path(values_file)]
+    shown = "values.yaml" if values_file is None else (values_file.name if is_defaults or Path(values_file).parent
+                                                        == Path(chart) else str(values_file))
+    label = f"{chart} (values: {shown})"
+    try:
+        rendered = render_chart_templates(chart, overlays, release_name=release_name)
+    except ChartError as exc:
+        fix = "change the value the message names (see the chart's README for every value)"
+        return [], [Problem(label, "", "", str(exc), fix)]
+    return [Doc(f"{label} [{template}]", obj) for template, obj in rendered], []
+
+
+def _read_yaml_documents(path: Path, text: str | None = None) -> tuple[list, list[Problem]]:
+    try:
+        return list(yaml.safe_load_all(path.read_text() if text is None else text)), []
+    except OSError as exc:
+        return [], [Problem(str(path), "", "", f"cannot be read ({exc.strerror}).", "check the path")]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return [], [Problem(str(path), "", "", f"is not valid YAML{at}: {getattr(exc, 'problem', exc)}.",
+                            "fix the YAML syntax there")]
+
+
+def load_manifest_file(path: Path, text: str | None = None) -> tuple[list[Doc], list[Problem]]:
+    """A multi-document YAML file (or `text` read from it) as Docs; documents that are not Kubernetes objects become
+    Problems."""
+    docs, problems = _read_yaml_documents(path, text)
+    out: list[Doc] = []
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        source = f"{path}" if len(docs) == 1 else f"{path} (document {index + 1})"
+        if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind"):
+            problems.append(Problem(source, "", "", "is not a Kubernetes object (no apiVersion/kind).",
+                                    "give every YAML document an apiVersion, a kind and metadata.name"))
+            continue
+        out.append(Doc(str(path), doc))
+    return out, problems
+
+
+def load_kustomization(path: Path) -> tuple[list[Doc], list[Problem]]:
+    """A kustomization directory as `kubectl apply -k` would apply it (rendered by kubectl)."""
+    try:
+        text = kustomize_build(path)
+    except KustomizeError as exc:
+        message, fix = split_fix(str(exc).removeprefix(f"{path}: "))
+        return [], [Problem(str(path), "", "", message, fix)]
+    return load_manifest_file(Path(f"{path} (kubectl kustomize)"), text)
+
+
+def _is_values_file(path: Path) -> bool:
+    """A chart values file given on its own: named *values*.yaml and holding one mapping that is not an object."""
+    if "values" not in path.name or path.suffix not in (".yaml", ".yml"):
+        return False
+    docs, problems = _read_yaml_documents(path)
+    docs = [d for d in docs if d is not None]
+    return not problems and len(docs) <= 1 and all(isinstance(d, dict) and "kind" not in d for d in docs)
+
+
+def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list[list[Doc]], list[Problem]]:
+    """Each path becomes one or more manifest sets: a chart one per values file (a chart inside a directory too), a
+    values file one (rendered with its own chart, else `chart`, else the default chart), a kustomization directory
+    one (inside a directory too), a manifest file or the other files of a directory one (a RayJob finds its ConfigMap and cluster within its set)."""
+    sets: list[list[Doc]] = []
+    problems: list[Problem] = []
+
+    def add(result: tuple[list[Doc], list[Problem]]) -> None:
+        sets.append(result[0])
+        problems.extend(result[1])
+
+    for path in map(Path, paths):
+        if is_kustomization(path):
+            add(load_kustomization(path))
+        elif path.is_dir() and _is_chart(path):
+            for values_file in _values_files_of(path):
+                add(render_set(path, values_file))
+        elif path.is_dir():
+            charts = sorted({c.parent for c in path.rglob("Chart.yaml")}, key=lambda c: len(c.parts))
+            outermost = [c for c in charts if not any(o != c and o in c.parents for o in charts)]
+            for found in outermost:  # a chart is rendered, never parsed as YAML
+                for values_file in _values_files_of(found):
+                    add(render_set(found, values_file))
+            # A kustomization is rendered too: its files are inputs (a run config, a patch), not objects.
+            kustomizations = sorted({p.parent for name in KUSTOMIZATION_FILES for p in path.rglob(name)
+                                     if not any(c in p.parents for c in outermost)}, key=lambda k: len(k.parts))
+            kustomizations = [k for k in kustomizations if not any(o != k and o in k.parents for o in kustomizations)]
+            for found in kustomizations:
+                add(load_kustomization(found))
+            files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                           and not any(c in p.parents for c in outermost + kustomizations))
+            docs: list[Doc] = []
+            for file in files:
+                file_docs, file_problems = load_manifest_file(file)
+                docs.extend(file_docs)
+                problems.extend(file_problems)
+            sets.append(docs)
+        elif path.is_file() and _is_chart(path.parent) and path.name.startswith("values"):
+            add(render_set(path.parent, path))
+        elif path.is_file() and _is_values_file(path):
+            add(render_set(Path(chart) if chart else default_chart_dir(), path))
+        elif path.is_file():
+            add(load_manifest_file(path))
+        else:
+            problems.append(Problem(str(path), "", "", "does not exist.", "give a chart directory, a values file, "
+                                    "a manifest file or a directory of manifests"))
+    return sets, problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# schema layers
+
+
+def _schema_problem(doc: Doc, error) -> list[Problem]:
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = list((error.schema.get("properties") or {}).keys())
+        problems = []
+        for extra in sorted(set(error.instance) - set(allowed)):
+            close = difflib.get_close_matches(str(extra), allowed, n=1)
+            fix = f"did you mean '{close[0]}'?" if close else f"remove it; allowed here: {', '.join(sorted(allowed))}"
+            problems.append(doc.problem(field_path(path + [extra]), f"unknown field '{extra}'.", fix))
+        return problems
+    if error.validator == "required":
+        missing = re.findall(r"'([^']+)' is a required property", error.message)
+        name = missing[0] if missing else "?"
+        return [doc.problem(field_path(path + [name]), "is required but missing.", f"add '{name}'")]
+    if error.validator == "enum":
+        return [doc.problem(field_path(path), f"is {error.instance!r}, not one of {error.validator_value}.",
+                            f"use one of {', '.join(map(str, error.validator_value))}")]
+    if error.validator in ("type", "anyOf"):
+        expected = error.validator_value if error.validator == "type" else "integer or string"
+        return [doc.problem(field_path(path), f"is {type(error.instance).__name__} {error.instance!r}, "
+                            f"must be {expected}.", f"write it as {expected}")]
+    return [doc.problem(field_path(path), error.message + ".", "correct the value to satisfy the schema")]
+
+
+def check_core_schema(doc: Doc, kube_version: str = KUBE_VERSION) -> list[Problem]:
+    import kubernetes_validate  # ~0.1 s; only core objects need it
+
+    try:
+        kubernetes_validate.validate(doc.obj, kube_version, strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        return []  # a kind without a published schema (another operator's CRD): nothing to check it against
+    except kubernetes_validate.ValidationError as error:
+        return _schema_problem(doc, error)
+    return []
+
+
+def with_defaults(doc: Doc, crd_dir: Path) -> Doc:
+    """The object as the API server stores it: the CRD's structural-schema defaults filled in."""
+    if doc.kind not in CRD_FILES or str(doc.obj.get("apiVersion")) != f"{RAY_GROUP}/v1":
+        return doc
+    return Doc(doc.source, apply_defaults(doc.obj, openapi_schema(str(crd_dir), doc.kind)))
+
+
+def check_ray_schema(doc: Doc, crd_dir: Path) -> list[Problem]:
+    """A RayCluster or RayJob against its CRD, after the CRD's defaults are applied (as the API server does)."""
+    api_version = str(doc.obj.get("apiVersion"))
+    if doc.kind not in CRD_FILES:
+        return [doc.problem("kind", f"{doc.kind} is not checked by raytrain (only RayCluster and RayJob).",
+                            "validate it with the KubeRay operator's own tooling")]
+    version = api_version.partition("/")[2]
+    if version != "v1":
+        served = crd_served_versions(str(crd_dir), doc.kind)
+        what = "deprecated" if version in served else "not served"
+        return [doc.problem("apiVersion", f"{api_version} is {what} by KubeRay v1.7.0.", "use apiVersion: ray.io/v1")]
+    validator = crd_validator(str(crd_dir), doc.kind)
+    problems: list[Problem] = []
+    defaulted = with_defaults(doc, crd_dir)
+    for error in sorted(validator.iter_errors(defaulted.obj), key=lambda e: [str(p) for p in e.absolute_path]):
+        problems.extend(_schema_problem(doc, error))
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# entry point
+
+
+def _named(doc: Doc) -> tuple[Doc, list[Problem]]:
+    """The object under the name the API server gives it: metadata.name, or generateName plus 5 characters
+    (`kubectl create`; `kubectl apply` needs a name, which is worth a note)."""
+    if doc.name or not doc.generate_name:
+        return doc, []
+    obj = copy.deepcopy(doc.obj)
+    obj["metadata"]["name"] = doc.generate_name + GENERATED_SUFFIX
+    note = doc.problem("metadata.generateName", "has no metadata.name: `kubectl create -f` completes the name, "
+                       "`kubectl apply -f` refuses the object.", "use kubectl create, or set metadata.name to apply "
+                       "it", severity="note")
+    return Doc(doc.source, obj), [note]
+
+
+def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
+    """KubeRay's admission rules on the stored object, and the image's Ray against rayVersion; problems keep the
+    object's own reference."""
+    found = check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
+    return [dataclasses.replace(p, obj=doc.ref) for p in found]
+
+
+def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = None,
+                  chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
+    gates = gates or FeatureGates()
+    problems: list[Problem] = []
+    for docs in sets:
+        checkable: list[Doc] = []  # objects whose shape is right: the cross-checks would misread the others
+        for doc in docs:
+            if doc.kind == "Cluster" and str(doc.obj.get("apiVersion", "")).startswith("kind.x-k8s.io/"):
+                continue  # a kind cluster config (manifests/kind-config.yaml), not a Kubernetes object
+            if not doc.name and not doc.generate_name:
+                problems.append(doc.problem("metadata.name", "is missing.", "give the object a name"))
+                continue
+            named, notes = _named(doc)
+            problems.extend(notes)
+            is_ray = str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP
+            schema_problems = check_ray_schema(named, crd_dir) if is_ray else check_core_schema(named)
+            if is_ray and not schema_problems:  # the API server evaluates the CRD's CEL rules on a valid shape
+                schema_problems = check_cel(named, crd_dir)
+            problems.extend(dataclasses.replace(p, obj=doc.ref) for p in schema_problems)
+            if schema_problems:
+                continue
+            stored = with_defaults(named, crd_dir) if is_ray else named
+            if is_ray:  # the rules assume the shapes the schema guarantees; the operator never sees a refused one
+                problems.extend(_rules_of(doc, stored, gates))
+            checkable.append(stored)
+        problems.extend(raytrain_rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
+    return problems
+
+
+def target_cluster(name: str, docs: list[Doc], values: Path | None, chart: Path | None) -> tuple[list[Doc], list[Problem]]:
+    """The cluster a clusterSelector RayJob runs on: a RayCluster of that name in the same manifest set, else the
+    chart rendered as `helm install <name>` with the given values file (default: the chart's values.yaml). The
+    chart: `chart`, else the values file's own folder when it holds a chart, else helm/raytrain-cluster."""
+    if any(d.kind == "RayCluster" and d.name == name for d in docs):
+        return docs, []
+    if chart is None:
+        chart = Path(values).parent if values and _is_chart(Path(values).parent) else default_chart_dir()
+    return render_set(Path(chart), Path(values) if values else None, release_name=name)
+
+
+def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = None,
+                   chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
+    """Check charts (rendered with each of their values*.yaml), values files (rendered with their chart),
+    rendered YAML and manifest files or directories. Returns errors and notes (Problem.is_error); no errors
+    means valid.
+
+    `values` picks the chart values that the target of a clusterSelector RayJob is rendered with (default: the
+    chart's values.yaml); `chart` the chart (default: the values file's folder if it is a chart, else
+    helm/raytrain-cluster); a values file given as a path outside any chart is rendered with that chart too.
+    `gates` the KubeRay operator's feature gates (default: v1.7.0's defaults).
+    """
+    crd_dir = Path(crd_dir)
+    try:
+        for kind in CRD_FILES:  # fail once, clearly, when the CRDs are missing
+            crd_validator(str(crd_dir), kind)
+    except CRDError as exc:
+        return [Problem(str(crd_dir), "", "", str(exc), "download the KubeRay v1.7.0 CRDs")]
+    sets, problems = collect_sets(paths, chart)
+    return problems + validate_sets(sets, crd_dir, values, chart, gates)
