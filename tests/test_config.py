@@ -81,7 +81,7 @@ BAD = [
     (None, ["data.loader=spark"], ["data.loader", "torch, ray"]),
     (None, ["epochs=3"], ["is not section.key"]),
     (None, ["train.lr"], ["expected key=value"]),
-    ("data: {name: linear}\n", [], ["model._component_ is missing"]),
+    ("data: {name: linear}\n", [], ["the loop raytrain.loop.train_loop builds the config's model, but there is no 'model' section", "e.g. mlp"]),
     ("model: [1, 2]\n", [], ["section 'model' must be a mapping"]),
     ("model: {name: mlp\n", [], ["not valid YAML"]),
     ("- a\n- b\n", [], ["top level must be a mapping"]),

@@ -39,7 +39,7 @@ def test_a_raylet_is_read_from_its_command_line():
     table = {10: (1, 0.0, raylet_cmd("127.0.0.1", "/tmp/rtx/n0", head=True)), 11: (1, 0.0, ["/usr/bin/raylet"])}
     [raylet] = drain.local_raylets(table)
     assert (raylet.pid, raylet.node_ip, raylet.gcs_address, raylet.is_head) == (10, "127.0.0.1", "127.0.0.1:6379", True)
-    assert raylet.notice_path == Path("/tmp/rtx/n0/session_1") / drain.NOTICE_NAME
+    assert drain.notice_path(raylet) == Path("/tmp/rtx/n0/session_1") / drain.NOTICE_NAME
     assert drain.this_raylet(table=table).pid == 10
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from raytrain import lease as leases
 from raytrain import runs
-from raytrain.lease import Fence, Lease, LeaseHeld, LeaseLost
+from raytrain.lease import Lease, LeaseHeld, LeaseLost
+from raytrain.runcontrol import AttemptEnded, Ending, RunControl, WorkerControl
 
 
 def test_a_second_start_is_refused_once_it_sees_the_holder_renew(tmp_path):
@@ -41,41 +42,37 @@ def test_a_holder_that_stopped_renewing_is_taken_over_at_its_expiry_without_a_fl
     assert "attempt 1" in told[0] and "if not, it has died and is taken over at" in told[0]
     with pytest.raises(LeaseLost):  # gave itself up: no renewal for 3/4 of its ttl
         stale.check()
-    with pytest.raises(LeaseLost, match="attempt 1 lost run directory .* to attempt 2"):
-        Fence(tmp_path, stale.token).check()  # its workers see the newer token
-    Fence(tmp_path, taker.token).check()
+    with pytest.raises(AttemptEnded, match="attempt 1 lost run directory .* to attempt 2"):
+        WorkerControl(tmp_path, stale.token).check()  # its workers see the newer token
+    WorkerControl(tmp_path, taker.token).check()
     taker.check()
     taker.release()
 
 
 def test_fenced_commits_of_a_lost_attempt_write_nothing(tmp_path):
-    old = Fence(tmp_path, 1)
+    records = runs.Records(tmp_path, WorkerControl(tmp_path, 1))
     (tmp_path / leases.LEASE_FILE).write_text(json.dumps(
         {"token": 2, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
-    runs.fence_writes(tmp_path, old)
-    try:
-        for commit in (lambda: runs.append_metrics(tmp_path, {"epoch": 1}),
-                       lambda: runs.write_result(tmp_path, {"status": "succeeded"}),
-                       lambda: runs.write_config(tmp_path, "x: 1\n")):
-            with pytest.raises(LeaseLost):
-                commit()
-    finally:
-        runs.fence_writes(tmp_path, None)
+    for commit in (lambda: records.append_metrics({"epoch": 1}),
+                   lambda: records.write_result({"status": "succeeded"}),
+                   lambda: records.write_config("x: 1\n")):
+        with pytest.raises(AttemptEnded) as ended:
+            commit()
+        assert ended.value.ending is Ending.LEASE_LOST
     assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]  # no file, no temporary left
 
 
 def test_renewal_keeps_a_live_holder_and_commits_carry_its_token(tmp_path):
-    held = Lease(tmp_path, ttl_s=1.2).acquire()
-    runs.fence_writes(tmp_path, held)
+    control = RunControl.acquire(tmp_path, ttl_s=1.2)
+    records = runs.Records(tmp_path, control)
     try:
         time.sleep(1.5)  # longer than the ttl: only renewals keep it
         with pytest.raises(LeaseHeld):
             Lease(tmp_path, ttl_s=1.2).acquire(poll_s=0.1)
-        runs.append_metrics(tmp_path, {"epoch": 1})
-        runs.write_result(tmp_path, {"status": "succeeded"})
+        records.append_metrics({"epoch": 1})
+        records.write_result({"status": "succeeded"})
     finally:
-        runs.fence_writes(tmp_path, None)
-        held.release()
+        control.release()
     assert runs.read_metrics(tmp_path) == [{"epoch": 1, "attempt": 1}]
     assert runs.read_result(tmp_path)["attempt"] == 1
     assert [r["attempt"] for r in runs.read_jsonl(tmp_path / runs.RESULTS_HISTORY_FILE)] == [1]

@@ -14,21 +14,21 @@ from raytrain.report import load_runs, report, summary_lines
 
 def make_run(storage, name, epochs, *, accuracy=True, resumed_at=None, checkpoint_at=None, result=True):
     run_dir = runs.run_dir_of(str(storage), name)
-    runs.write_config(run_dir, dump_yaml(load_config("digits", [f"run.name={name}"])))
-    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, world_size=2)
+    runs.Records(run_dir).write_config(dump_yaml(load_config("digits", [f"run.name={name}"])))
+    runs.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, world_size=2)
     for epoch in range(1, epochs + 1):
         row = {"epoch": epoch, "train_loss": 2.0 / epoch, "val_loss": 2.2 / epoch, "samples": 1437,
                "samples_per_s": 4000.0 + epoch, "epoch_s": 0.3}
         if accuracy:
             row["val_accuracy"] = 1 - 0.5 / epoch
-        runs.append_metrics(run_dir, row)
+        runs.Records(run_dir).append_metrics(row)
         if epoch == resumed_at:
-            runs.append_event(run_dir, "start", start_epoch=epoch + 1, resumed_from_epoch=epoch, world_size=2)
+            runs.Records(run_dir).append_event("start", start_epoch=epoch + 1, resumed_from_epoch=epoch, world_size=2)
     if checkpoint_at:
-        checkpoints.write_checkpoint(run_dir / checkpoints.checkpoint_dir_name(checkpoint_at), model_state={},
-                                     optimizer_state={}, epoch=checkpoint_at, config={})
+        checkpoints.FileCheckpointer(run_dir).save(
+            checkpoints.Position(checkpoint_at), lambda: {"model": {}, "epoch": checkpoint_at, "step": 0}, writer=True)
     if result:
-        runs.write_result(run_dir, {"status": "succeeded", "duration_s": 75.0, "epochs_completed": epochs})
+        runs.Records(run_dir).write_result({"status": "succeeded", "duration_s": 75.0, "epochs_completed": epochs})
     return run_dir
 
 

@@ -1,5 +1,6 @@
-"""Honest resume, decided before Ray starts: torn checkpoints removed, unloadable ones named, model/optimizer
-changes refused naming the keys, optimizer settings applied to the restored optimizer."""
+"""Honest resume, decided before Ray starts: staging directories removed, committed checkpoints never deleted,
+unloadable ones named, changes to what the loop declares fixed refused naming the keys, what it hands to raytrain
+applied to the restored optimizer, and nothing fixed or applied for a loop that declares nothing."""
 
 from __future__ import annotations
 
@@ -9,96 +10,117 @@ import pytest
 import torch
 
 from raytrain import checkpoints, resume
-from raytrain.resume import ResumeRefused
+from raytrain.checkpoints import FileCheckpointer, Position
+from raytrain.loop import train_loop
+from raytrain.resume import ResumeRefused, ResumeRules
 
-CONFIG = {"model": {"name": "mlp", "hidden": 32}, "train": {"optimizer": "adam", "lr": 0.01, "epochs": 9}}
+CONFIG = {"model": {"_component_": "mlp", "hidden": 32},
+          "train": {"optimizer": "adam", "lr": 0.01, "epochs": 9}}
+BUILT_IN = resume.rules_of(train_loop)
 
 
-def save(run_dir, epoch, config=CONFIG):
-    path = run_dir / checkpoints.checkpoint_dir_name(epoch)
+def save(run_dir, epoch, config=CONFIG, step=0):
     model = torch.nn.Linear(2, 1)
-    checkpoints.write_checkpoint(path, model_state=model.state_dict(),
-                                 optimizer_state=torch.optim.Adam(model.parameters()).state_dict(),
-                                 epoch=epoch, config=config)
-    return path
+    state = {"model": model.state_dict(), "optimizer": torch.optim.Adam(model.parameters()).state_dict(),
+             "epoch": epoch, "step": step, "config": config, "extra": {}}
+    return FileCheckpointer(run_dir, keep=50).save(Position(epoch, step), lambda: state, writer=True, config=config)
+
+
+def plan(run_dir, config=CONFIG, warn=lambda _: None, rules=BUILT_IN):
+    return resume.plan(run_dir, config, warn, rules, FileCheckpointer(run_dir))
 
 
 def changed(**sections):
     return {section: {**CONFIG[section], **sections.get(section, {})} for section in CONFIG}
 
 
-def test_torn_directories_are_removed_and_the_newest_whole_checkpoint_resumes(tmp_path):
+def test_staging_is_removed_and_a_damaged_committed_checkpoint_is_skipped_never_deleted(tmp_path):
     save(tmp_path, 2)
-    whole = save(tmp_path, 4)
+    whole = save(tmp_path, 4, step=3)
     empty_state = save(tmp_path, 6)
-    (empty_state / checkpoints.STATE_FILE).write_bytes(b"")  # disk full
-    no_meta = tmp_path / "checkpoint_epoch000008_aaaaaaaa"
-    no_meta.mkdir()  # a crash before anything was written
-    cut = save(tmp_path, 10)
-    state = cut / checkpoints.STATE_FILE
-    state.write_bytes(state.read_bytes()[:50])  # an upload cut short
+    (empty_state / checkpoints.STATE_FILE).write_bytes(b"")  # emptied later: a committed one, damaged
+    staging = tmp_path / ".staging-checkpoint_epoch000008_aaaaaaaa"
+    staging.mkdir()  # a crash while it was written: provably never committed
     warnings = []
-    plan = resume.plan(tmp_path, changed(train={"epochs": 20}), warnings.append)
-    assert plan.checkpoint == whole and plan.epoch == 4 and plan.applied == {}
-    assert sorted(plan.removed_torn) == sorted([empty_state.name, no_meta.name, cut.name])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([whole.name, next(tmp_path.glob("*epoch000002*")).name])
-    assert all("a torn write, removed; falling back" in w for w in warnings) and len(warnings) == 3
+    result = plan(tmp_path, changed(train={"epochs": 20}), warnings.append)
+    assert result.checkpoint == whole and (result.epoch, result.step) == (4, 3) and result.applied == {}
+    assert result.removed_staging == [staging.name] and not staging.exists()
+    assert empty_state.exists()  # skipped, not deleted
+    assert any("never committed" in w for w in warnings)
+    assert any(empty_state.name in w and "skipped" in w for w in warnings)
 
 
-def test_a_torn_checkpoint_that_ray_registered_is_left_for_ray_and_skipped(tmp_path):
-    whole = save(tmp_path, 2)
-    torn = save(tmp_path, 4)
-    (torn / checkpoints.STATE_FILE).write_bytes(b"")
-    (tmp_path / resume.RAY_SNAPSHOT).write_text(json.dumps(
-        {"checkpoint_results": [{"checkpoint_dir_name": whole.name}, {"checkpoint_dir_name": torn.name}]}))
-    warnings = []
-    plan = resume.plan(tmp_path, CONFIG, warnings.append)
-    assert plan.checkpoint == whole and torn.exists() and plan.removed_torn == []
-    assert "cannot be loaded and are skipped" in warnings[0] and torn.name in warnings[0]
+@pytest.mark.parametrize("damage", ["meta", "meta-and-size"])
+def test_a_damaged_manifest_beside_a_state_that_loads_still_resumes(tmp_path, damage):
+    path = save(tmp_path, 5)
+    (path / checkpoints.META_FILE).write_bytes(b"\x13\x37 twenty random bytes!")
+    result = plan(tmp_path)
+    assert result.checkpoint == path and result.epoch == 5 and path.exists()
 
 
-def test_checkpoints_that_exist_but_none_loads_refuse_the_start_naming_them(tmp_path):
+def test_checkpoints_that_exist_but_none_loads_refuse_the_start_naming_them_and_keep_them(tmp_path):
     bad = save(tmp_path, 3)
     state = bad / checkpoints.STATE_FILE
     state.write_bytes(b"x" * state.stat().st_size)  # complete in size, corrupted
+    also_bad = save(tmp_path, 4)
+    (also_bad / checkpoints.META_FILE).write_bytes(b"{}")
+    (also_bad / checkpoints.STATE_FILE).write_bytes(b"junk")
     with pytest.raises(ResumeRefused) as refused:
-        resume.plan(tmp_path, CONFIG, lambda _: None)
-    assert bad.name in str(refused.value) and "does not match the hash" in str(refused.value)
-    assert "new --name" in str(refused.value) and "delete these" in str(refused.value)
-    assert bad.exists()  # refused, not cleaned: it is evidence, not a torn write
+        plan(tmp_path)
+    message = str(refused.value)
+    assert bad.name in message and also_bad.name in message and "does not match the hash" in message
+    assert "new --name" in message and "kept as they are" in message
+    assert bad.exists() and also_bad.exists()  # evidence, not torn writes
 
 
 @pytest.mark.parametrize("config, named", [
     (changed(model={"hidden": 64}), ["model.hidden: 32 in the checkpoint, 64 now", "--set model.hidden=32"]),
     (changed(model={"depth": 3}), ["model.depth: None in the checkpoint, 3 now"]),
     (changed(train={"optimizer": "sgd"}), ["train.optimizer: 'adam' in the checkpoint, 'sgd' now"]),
+    ({**CONFIG, "train": {**CONFIG["train"], "optimizer": {"_component_": "torch.optim.SGD", "lr": 0.1}}},
+     ["train.optimizer"]),
 ])
-def test_changes_a_resume_cannot_apply_are_refused_naming_the_keys(tmp_path, config, named):
+def test_changes_the_built_in_loop_declares_fixed_are_refused_naming_the_keys(tmp_path, config, named):
     save(tmp_path, 5)
     with pytest.raises(ResumeRefused) as refused:
-        resume.plan(tmp_path, config, lambda _: None)
+        plan(tmp_path, config)
     message = str(refused.value)
     assert all(text in message for text in named), message
     assert "another --name" in message
 
 
-def test_optimizer_settings_are_planned_and_applied_to_the_restored_optimizer(tmp_path):
+def test_settings_the_loop_hands_over_are_planned_and_applied_to_the_restored_optimizer(tmp_path):
     save(tmp_path, 5)
-    plan = resume.plan(tmp_path, changed(train={"lr": 0.5}), lambda _: None)
-    assert plan.applied == {"train.lr": (0.01, 0.5)}
+    assert plan(tmp_path, changed(train={"lr": 0.5})).applied == {"train.lr": (0.01, 0.5)}
 
     model = torch.nn.Linear(2, 1)
     sgd = torch.optim.SGD(model.parameters(), lr=0.003, momentum=0.9, weight_decay=0.0)  # a scheduler moved lr
     resume.apply_optimizer_settings(sgd, {"train.weight_decay": (0.0, 0.01)})
     assert sgd.param_groups[0]["lr"] == 0.003  # unchanged by the user: left to the scheduler
     assert sgd.param_groups[0]["weight_decay"] == 0.01
-    resume.apply_optimizer_settings(sgd, plan.applied)
+    resume.apply_optimizer_settings(sgd, {"train.optimizer.betas": ([0.9, 0.99], [0.8, 0.9])})
+    assert "betas" not in sgd.param_groups[0]  # not an SGD setting: nothing to set
+    resume.apply_optimizer_settings(sgd, {"train.lr": (0.01, 0.5)})
     assert sgd.param_groups[0]["lr"] == 0.5
 
 
+def test_a_component_optimizers_own_settings_are_applied(tmp_path):
+    config = {**CONFIG, "train": {**CONFIG["train"], "optimizer": {"_component_": "torch.optim.AdamW", "lr": 0.1}}}
+    save(tmp_path, 2, config=config)
+    new = {**config, "train": {**config["train"], "optimizer": {"_component_": "torch.optim.AdamW", "lr": 0.2}}}
+    assert plan(tmp_path, new).applied == {"train.optimizer.lr": (0.1, 0.2)}
+
+
+def test_a_loop_that_declares_nothing_has_nothing_refused_and_nothing_applied(tmp_path):
+    save(tmp_path, 5)
+    result = plan(tmp_path, changed(model={"hidden": 64}, train={"lr": 0.5, "optimizer": "sgd"}),
+                  rules=ResumeRules())
+    assert result.epoch == 5 and result.applied == {}
+
+
 def test_no_checkpoint_trains_from_scratch(tmp_path):
-    plan = resume.plan(tmp_path, CONFIG, lambda _: None)
-    assert plan.checkpoint is None and plan.epoch == 0
+    result = plan(tmp_path)
+    assert result.checkpoint is None and result.epoch == 0
 
 
 def test_old_checkpoints_without_config_in_meta_are_compared_from_their_state(tmp_path):
@@ -107,4 +129,4 @@ def test_old_checkpoints_without_config_in_meta_are_compared_from_their_state(tm
     del meta["config"], meta["size"]
     (path / checkpoints.META_FILE).write_text(json.dumps(meta))
     with pytest.raises(ResumeRefused, match="model.hidden"):
-        resume.plan(tmp_path, changed(model={"hidden": 8}), lambda _: None)
+        plan(tmp_path, changed(model={"hidden": 8}))

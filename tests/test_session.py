@@ -70,7 +70,7 @@ def test_a_custom_loop_gets_rows_checkpoints_and_resume_with_its_extra_state(pro
     rows = runs.read_metrics(first.run_dir)
     assert [r["epoch"] for r in rows] == [1, 2, 3]
     assert [r["lr"] for r in rows] == pytest.approx([0.025, 0.0125, 0.00625])  # the scheduler stepped each epoch
-    assert [c.name.split("_")[1] for c in checkpoints.candidates(first.run_dir)] == ["epoch000003", "epoch000002"]
+    assert [c.name.split("_")[1] for c in checkpoints.committed(first.run_dir)] == ["epoch000003", "epoch000002"]
     assert json.loads((first.run_dir / "result.json").read_text())["status"] == "succeeded"
     assert "epoch 3/3" in out.getvalue() and "lr 0.00625" in out.getvalue()  # its own metric is printed too
 
@@ -86,7 +86,7 @@ def test_a_custom_loop_gets_rows_checkpoints_and_resume_with_its_extra_state(pro
 
 def test_the_newest_checkpoint_that_loads_wins_and_the_damaged_one_is_named(project):
     run_dir = train_local(config(project, epochs=4), out=io.StringIO()).run_dir
-    newest, older = checkpoints.candidates(run_dir)
+    newest, older = checkpoints.committed(run_dir)
     state = newest / checkpoints.STATE_FILE
     state.write_bytes(state.read_bytes()[:100])  # torn
     rows = runs.read_metrics(train_local(config(project, epochs=4), out=io.StringIO()).run_dir)

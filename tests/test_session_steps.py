@@ -15,7 +15,8 @@ from raytrain import lease as leases
 from raytrain.config import load_config
 from raytrain.local import train_local
 from raytrain.loop import EpochStats, build_optimizer
-from raytrain.session import LocalSession, StopTraining
+from raytrain.runcontrol import AttemptEnded, Ending, WorkerControl
+from raytrain.session import LocalSession
 
 
 def config(tmp_path, *sets: str):
@@ -24,8 +25,13 @@ def config(tmp_path, *sets: str):
                                   "data.num_samples=96", "run.keep_checkpoints=50", "train.epochs=2", *sets])
 
 
-def session_for(cfg) -> LocalSession:
-    return LocalSession(cfg, runs.run_dir_of(cfg.run.storage_path, cfg.run.name), cpus=1)
+def session_for(cfg, token=None) -> LocalSession:
+    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    run_dir.mkdir(parents=True, exist_ok=True)  # as the attempt has made it before any session
+    control = WorkerControl(run_dir, token) if token else None
+    session = LocalSession(cfg, run_dir, cpus=1, **({"control": control} if control else {}))
+    session.start()
+    return session
 
 
 def epoch_batches(session: LocalSession, epoch: int) -> list[torch.Tensor]:
@@ -52,7 +58,7 @@ def test_a_resume_from_a_mid_epoch_checkpoint_starts_at_the_exact_next_batch(tmp
         if other != mid:
             checkpoints.remove(other)
     assert json.loads((mid / "meta.json").read_text())["step"] == 5
-    runs.truncate_metrics(outcome.run_dir, 0)
+    runs.Records(outcome.run_dir).truncate_metrics(0)
 
     resumed = session_for(cfg)
     model = resumed.prepare_model(resumed.build_model())
@@ -89,26 +95,20 @@ def test_a_resume_applies_the_new_learning_rate_to_the_restored_optimizer(tmp_pa
 
 def test_an_attempt_that_lost_its_lease_commits_no_row_and_no_checkpoint(tmp_path):
     cfg = config(tmp_path, "train.epochs=1")
-    session = session_for(cfg)
-    session.run_dir.mkdir(parents=True)
+    session = session_for(cfg, token=1)
     (session.run_dir / leases.LEASE_FILE).write_text(json.dumps(  # attempt 2 took the run over
         {"token": 2, "host": "elsewhere", "pid": 7, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
-    runs.fence_writes(session.run_dir, leases.Fence(session.run_dir, 1))
-    try:
-        model = session.prepare_model(session.build_model())
-        with pytest.raises(leases.LeaseLost, match="attempt 1 lost run directory"):
-            session.report(1, {"train_loss": 1.0}, model=model)
-    finally:
-        runs.fence_writes(session.run_dir, None)
+    model = session.prepare_model(session.build_model())
+    with pytest.raises(AttemptEnded, match="attempt 1 lost run directory") as ended:
+        session.report(1, {"train_loss": 1.0}, model=model)
+    assert ended.value.ending is Ending.LEASE_LOST
     assert not (session.run_dir / runs.METRICS_FILE).exists()
     assert not list(session.run_dir.glob("checkpoint_*"))
 
 
 def test_a_stop_request_checkpoints_at_the_next_step_and_ends_the_loop(tmp_path):
     cfg = config(tmp_path, "train.epochs=1")
-    session = session_for(cfg)
-    session._lease_token = 3  # as a Ray Train worker of attempt 3 gets it
-    session.run_dir.mkdir(parents=True)
+    session = session_for(cfg, token=3)  # as a Ray Train worker of attempt 3 gets it
     (session.run_dir / leases.LEASE_FILE).write_text(json.dumps(
         {"token": 3, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30,
          "stop": "SIGTERM"}))
@@ -116,7 +116,7 @@ def test_a_stop_request_checkpoints_at_the_next_step_and_ends_the_loop(tmp_path)
     optimizer = build_optimizer(cfg, model)
     session.restore(model, optimizer)
     trained = 0
-    with pytest.raises(StopTraining, match="SIGTERM"):
+    with pytest.raises(AttemptEnded, match="SIGTERM") as ended:
         for x, y in session.batches("train", 1):
             trained += 1
             time.sleep(0.15)  # slow steps: a decision at each, the stop read within its poll interval
@@ -124,3 +124,4 @@ def test_a_stop_request_checkpoints_at_the_next_step_and_ends_the_loop(tmp_path)
     meta = json.loads((checkpoint / "meta.json").read_text())
     assert (meta["epoch"], meta["step"]) == (0, trained) and 0 < trained < 8
     assert not runs.read_metrics(session.run_dir)  # the epoch is not done: no row
+    assert ended.value.ending is Ending.STOPPED

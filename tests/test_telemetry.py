@@ -35,8 +35,8 @@ def test_exported_names_follow_rays_prefix_and_counter_suffix():
 
 def test_checkpoint_time_is_that_of_the_newest_complete_checkpoint(tmp_path):
     assert checkpoint_time(tmp_path) is None
-    directory = tmp_path / checkpoints.checkpoint_dir_name(3)
-    checkpoints.write_checkpoint(directory, model_state={}, optimizer_state={}, epoch=3, config={})
+    directory = checkpoints.FileCheckpointer(tmp_path).save(
+        checkpoints.Position(3), lambda: {"model": {}, "optimizer": {}, "epoch": 3, "step": 0}, writer=True)
     assert checkpoint_time(tmp_path) == (directory / checkpoints.META_FILE).stat().st_mtime
 
 

@@ -30,3 +30,9 @@ def train_func(session: raytrain.Session, hidden: int = 32, num_samples: int = 2
         loss_sum, count = session.all_reduce([loss_sum, count])      # the same numbers on every worker
         session.report(epoch, {"train_loss": loss_sum / count, "lr": scheduler.get_last_lr()[0]},
                        model=model, optimizer=optimizer, scheduler=scheduler)
+
+
+# What a resume may change (raytrain.resume): this loop builds its optimizer from train.lr, so a resume with a new
+# train.lr sets it into the restored optimizer; its own `hidden` fixes the model's shape for the life of a run.
+train_func.applied_on_resume = ("train.lr",)
+train_func.fixed_on_resume = ("loop.hidden",)

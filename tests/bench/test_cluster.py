@@ -28,7 +28,7 @@ def test_first_step_is_read_from_the_probes_file_and_start_from_the_runs_events(
     run_dir = tmp_path / "runs" / "p3-0"
     run_dir.mkdir(parents=True)
     t0 = time.time()
-    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, world_size=2)
+    runs.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, world_size=2)
     probe = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
                                   path=str(cluster.probe_file(run_dir)))
     assert cluster.first_step_time(run_dir, t0, 0.1, lambda: True) is None  # no step yet
@@ -171,9 +171,9 @@ def test_trained_steps_are_the_groups_known_completed_steps_and_lost_ones_those_
 def test_a_resumed_groups_steps_count_from_its_start_event(tmp_path):
     run_dir = tmp_path / "runs" / "p4-delete-0"
     run_dir.mkdir(parents=True)
-    runs.append_event(run_dir, "start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
+    runs.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
     time.sleep(0.01)
-    runs.append_event(run_dir, "start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=3, world_size=2)
+    runs.Records(run_dir).append_event("start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=3, world_size=2)
     model = probes.FirstStepProbe(inner=LINEAR, path=str(cluster.probe_file(run_dir)), every_step=True)
     train_epochs(model, [1, 4])  # the rest of epoch 3 (4 steps), epoch 4
     done, per_epoch = cluster.trained_steps(run_dir, time.time())

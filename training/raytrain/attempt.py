@@ -1,38 +1,41 @@
-"""One attempt of `raytrain run`, around the launcher: what is decided before Ray starts, and how it ends.
+"""One attempt of a run: the one path `raytrain run`, `raytrain local` and each `raytrain tune` trial take.
 
-Before Ray starts: the storage is writable by this user (raytrain.storage); the run's lease is held
-(raytrain.lease: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or is
-awaited with --wait-for-lease); torn checkpoints are
-removed and the resume is checked (raytrain.preflight.check_resume). The driver's console lines are kept beside the
-run by raytrain.console (the cli starts the copy), so a failed attempt's log outlives its pod.
+In the driver, in this order:
+1. the storage is checked and the run's lease taken into the process's run control (raytrain.preflight,
+   raytrain.runcontrol: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or
+   is awaited with --wait-for-lease);
+2. the resume is checked (staging directories removed, a refused change named: raytrain.resume);
+3. the model builds, config.yaml is written, the data is prepared once (preflight.start_run);
+4. the trainer's body runs in a thread (Ray Train, or the loop in this process), while this thread owns SIGTERM
+   and Ctrl-C (Ray's own handlers are only installed from the main thread);
+5. this thread writes the result: the body never does. "succeeded", "failed" (the error in one paragraph),
+   "stopped" (a signal: the workers were asked to checkpoint at their next step, and given stop_grace_s), or
+   nothing at all when the lease was lost to a newer attempt, which owns the run's files now.
+Then the run control is closed (any late writer of this attempt is refused) and the lease released.
 
-While it trains: SIGTERM (kubelet deleting the head pod, a RayJob being stopped) and Ctrl-C end the attempt with
-a message and a result.json that says so ("stopped", the signal), exit 128 + the signal. A lost lease ends it
-without writing anything more. With an embedded Ray, a watchdog process stops Ray's processes (workers,
-raylet, agents) as soon as the driver dies, even by SIGKILL.
-
-The launcher runs in a thread so that this module, in the main thread, owns the signals (Ray's own SIGINT and
-SIGTERM handlers are only installed from the main thread).
+A bug of raytrain's own (an exception that is neither a RaytrainError nor the user's code failing) is not
+reported as a training failure: its traceback is printed and kept in the run's driver log, result.json says
+"failed" with the exception, and it is raised.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional, Protocol, TextIO
 
-from raytrain import console, preflight, runs
+from raytrain import checkpoints, console, preflight, runs
 from raytrain import lease as leases
 from raytrain.config import RunConfig
-
-if TYPE_CHECKING:
-    from raytrain.launcher import Outcome
+from raytrain.errors import RaytrainError
+from raytrain.runcontrol import AttemptEnded, Ending, RunControl
 
 # How long a stopping driver waits for its workers to checkpoint at their next step and end. Kubernetes gives a
 # pod terminationGracePeriodSeconds (default 30 s) between SIGTERM and SIGKILL; this leaves ~10 s of it for
@@ -46,30 +49,49 @@ SIGNAL_HINTS = {
 }
 
 
-class Stopped(Exception):
-    """Raised into a fenced writer once the attempt is over: nothing more may be written."""
+@dataclass
+class Outcome:
+    run_dir: Path
+    result: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.result["status"] == Ending.SUCCEEDED.value
 
 
-class _Closed:
-    token = 0
+class Trainer(Protocol):
+    """The body of an attempt: trains the run, commits only through `records` (fenced by its run control)."""
 
-    def __init__(self, why: str):
-        self.why = why
+    embedded_ray: bool  # starts a Ray of its own, which a watchdog must stop if this process dies
 
-    def check(self) -> None:
-        raise Stopped(self.why)
+    def train(self, records: runs.Records) -> None:
+        """Train to the end, or return early when the attempt was asked to stop (records.control.poll()). Raise
+        RaytrainError for an expected failure (its message is the result's error)."""
+
+    def close(self) -> None:
+        """Called in the body's thread after train(), unless the lease was lost (e.g. shut an embedded Ray down)."""
 
 
-class _MainThreadOnly:
-    """While an attempt stops: the main thread writes the result; the launcher's thread, still finishing, may not."""
-
-    def __init__(self, lease: leases.Lease):
-        self.lease, self.token = lease, lease.token
-
-    def check(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            raise Stopped("the attempt is stopping: its result is written by the main thread")
-        self.lease.check()
+def summarize(run_dir: Path, status: str, started: float, error: Optional[str] = None) -> dict:
+    rows = runs.read_metrics(run_dir)
+    starts = [e for e in runs.read_events(run_dir) if e.get("event") == "start" and e.get("time", 0) >= started]
+    resumes = [e["resumed_from_epoch"] for e in starts if e.get("resumed_from_epoch") is not None]
+    newest = checkpoints.newest_complete(run_dir)
+    result = {
+        "status": status,
+        "epochs_completed": rows[-1]["epoch"] if rows else 0,
+        # The latest resume point of this invocation (null when it trained from scratch throughout).
+        "resumed_from_epoch": resumes[-1] if resumes else None,
+        "resumes": resumes,
+        "worker_group_starts": len(starts),
+        "metrics": rows[-1] if rows else {},
+        "run_dir": str(run_dir),
+        "checkpoint": str(newest) if newest else None,
+        "duration_s": round(time.time() - started, 3),
+    }
+    if error:
+        result["error"] = error
+    return result
 
 
 def start_watchdog(driver_pid: int) -> subprocess.Popen:
@@ -100,41 +122,25 @@ def watchdog(driver_pid: int, interval_s: float = 1.0) -> None:
     kill_pids(alive, grace=2.0)
 
 
-def _quiet_ray_thread_warning() -> None:
-    """ray.init from a thread other than the main one warns that it leaves SIGTERM alone: that is the point."""
-    logging.getLogger("ray._private.worker").addFilter(
-        lambda record: "SIGTERM handler is not set" not in record.getMessage())
-
-
 class Attempt:
-    def __init__(self, cfg: RunConfig, address: Optional[str], *, wait_for_lease: bool = False,
-                 lease_ttl_s: float = leases.DEFAULT_TTL_S, stop_grace_s: float = STOP_GRACE_S,
-                 in_submitted_job: bool = False):
-        self.cfg, self.address, self.in_submitted_job = cfg, address, in_submitted_job
+    def __init__(self, cfg: RunConfig, *, wait_for_lease: bool = False, lease_ttl_s: float = leases.DEFAULT_TTL_S,
+                 stop_grace_s: float = STOP_GRACE_S, out: TextIO = sys.stdout, handle_signals: bool = True):
+        self.cfg, self.out = cfg, out
         self.stop_grace_s = stop_grace_s
         self.wait_for_lease, self.lease_ttl_s = wait_for_lease, lease_ttl_s
+        self.handle_signals = handle_signals and threading.current_thread() is threading.main_thread()
         self.run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
         self.stop_reason: Optional[str] = None
         self.stop_signal: Optional[int] = None
         self.lost: Optional[str] = None
         self.wake = threading.Event()
-        # The launcher's thread when it was left inside Ray (stopped, lease lost): the process must then end
-        # with os._exit, as an interpreter exit with that thread in Ray's C++ code crashes.
+        self.watchdog: Optional[subprocess.Popen] = None
+        # The body's thread when it was left inside Ray (stopped, lease lost): the process must then end with
+        # os._exit, as an interpreter exit with that thread in Ray's C++ code crashes.
         self.left_running: Optional[threading.Thread] = None
 
-    @staticmethod
-    def say(message: str, event: str = "attempt", **fields) -> None:
-        console.info(event, message, **fields)
-
-    @staticmethod
-    def warn(message: str) -> None:
-        console.warning(message)
-
-    # -- before Ray
-
-    def take_lease(self) -> leases.Lease:
-        return preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
-                                    on_lost=self._on_lost)
+    def say(self, message: str, event: str = "attempt", **fields) -> None:
+        console.info(event, message, out=self.out, **fields)
 
     def _on_lost(self, reason: str) -> None:
         self.lost = reason
@@ -148,120 +154,120 @@ class Attempt:
         self.stop_reason = SIGNAL_HINTS.get(signum, signal.Signals(signum).name)
         self.wake.set()
 
-    # -- the attempt
-
-    def run(self, train: Callable) -> "Outcome":
-        from raytrain.launcher import Outcome, summarize
-
+    def run(self, trainer: Trainer) -> Outcome:
         started = time.time()
-        lease = self.take_lease()
-        runs.fence_writes(self.run_dir, lease)
-        self.watchdog: Optional[subprocess.Popen] = None
+        control = preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
+                                       on_lost=self._on_lost)
+        records = runs.Records(self.run_dir, control)
+        previous: dict = {}
         try:
             log = console.copy_path()
-            self.say(f"attempt {lease.token} holds run {self.cfg.run.name} (lease {self.run_dir / leases.LEASE_FILE}"
-                     + (f", driver log {log}" if log else "") + ")", attempt=lease.token)
-            preflight.check_resume(self.cfg, self.run_dir)
-
-            previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-            _quiet_ray_thread_warning()
-            # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134)
-            # before this module's handler can end the attempt cleanly. (Ray's processes inherit it: a crash
-            # there is still reported by Ray, without the C++ stack.)
-            os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
-            if not self.address:
+            self.say(f"attempt {control.token} holds run {self.cfg.run.name} (lease "
+                     f"{self.run_dir / leases.LEASE_FILE}" + (f", driver log {log}" if log else "") + ")",
+                     attempt=control.token)
+            preflight.check_resume(self.cfg, records)
+            preflight.start_run(self.cfg, records,
+                                lambda directory, error: summarize(directory, Ending.FAILED.value, started, error))
+            if self.handle_signals:
+                previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+            if trainer.embedded_ray:
                 self.watchdog = start_watchdog(os.getpid())
             box: dict = {}
 
             def body() -> None:
                 try:
-                    box["outcome"] = train(self.cfg, address=self.address, lease_token=lease.token,
-                                           in_submitted_job=self.in_submitted_job)
+                    trainer.train(records)
                 except BaseException as error:  # handed to the main thread
                     box["error"] = error
                 finally:
                     # Shut Ray down in the thread that started it: an embedded Ray's gcs and raylet are forked
                     # with PR_SET_PDEATHSIG=SIGKILL (ray._private.utils), which fires when the forking *thread*
-                    # exits. Left to the main thread, they were SIGKILLed here and ray.shutdown() then spent
+                    # exits; left to the main thread, they were SIGKILLed here and ray.shutdown() then spent
                     # 13-20 s in timeouts talking to them.
                     if self.lost is None:
-                        self._shutdown_ray()
+                        trainer.close()
                     self.wake.set()
 
-            worker = threading.Thread(target=body, name="raytrain-launcher", daemon=True)
+            if not self.handle_signals:  # no signals to own (a Tune trial's thread): the body runs right here
+                body()
+                return self._conclude(records, control, started, box)
+            worker = threading.Thread(target=body, name="raytrain-attempt", daemon=True)
             worker.start()
             while worker.is_alive() and self.stop_reason is None and self.lost is None:
                 self.wake.wait(0.5)
                 self.wake.clear()
+            if self.lost is None and self.stop_reason is not None:
+                self._let_workers_checkpoint(control, worker)
             if worker.is_alive():
                 self.left_running = worker
-            if self.lost is not None:
-                runs.fence_writes(self.run_dir, _Closed(self.lost))
-                raise leases.LeaseLost(f"{self.lost}. This attempt stopped without writing anything more; the "
-                                       f"attempt that holds the run now owns its files.")
-            if self.stop_reason is not None:
-                self._let_workers_checkpoint(lease, worker)
-                if worker.is_alive():
-                    self.left_running = worker
-                else:
-                    self.left_running = None
-                return self._stopped(started, summarize, Outcome)
+            return self._conclude(records, control, started, box)
+        finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            if "error" in box:
-                raise box["error"]
-            return box["outcome"]
-        finally:
-            if self.left_running is None:
-                self._shutdown_ray()
-            # Ray leaves its dashboard and runtime-env agents running for minutes after a shutdown, and nothing
-            # was shut down if the launcher's thread is still inside Ray (an interpreter exit or a shutdown under
-            # it crashes): the watchdog stops what is left once the pipe closes.
             self._end_watchdog(wait=False)
-            if self.lost is None:
-                runs.fence_writes(self.run_dir, None)
-                lease.release()
+            control.release()
 
-    def _let_workers_checkpoint(self, lease: leases.Lease, worker: threading.Thread) -> None:
-        """Ask the workers to checkpoint at their next step boundary and end; wait STOP_GRACE_S for them."""
-        runs.fence_writes(self.run_dir, _MainThreadOnly(lease))
+    def _conclude(self, records: runs.Records, control: RunControl, started: float, box: dict) -> Outcome:
+        """The result, written by this thread alone."""
+        error = box.get("error")
+        if isinstance(error, AttemptEnded) and error.ending is Ending.LEASE_LOST:
+            self.lost = self.lost or error.reason
+        if self.lost is not None:
+            control.close(self.lost)
+            raise leases.LeaseLost(f"{self.lost}. This attempt stopped without writing anything more; the attempt "
+                                   f"that holds the run now owns its files.")
+        if self.stop_reason is not None:
+            if self.left_running is not None:  # a shutdown under the body's thread would crash: the watchdog
+                self._end_watchdog(wait=True)  # stops Ray's processes, so that the result counts what they wrote
+            return self._write(records, control, self._stopped(started))
+        if isinstance(error, AttemptEnded):  # the loop ended itself the way a stop does (a local drain, say)
+            return self._write(records, control, summarize(self.run_dir, Ending.STOPPED.value, started,
+                                                           error.reason))
+        if isinstance(error, RaytrainError):
+            self._write(records, control, summarize(self.run_dir, Ending.FAILED.value, started, str(error)))
+            raise error
+        if error is not None:
+            # raytrain's own bug, not the user's: keep the traceback (console and the run's driver log)
+            trace = "".join(traceback.format_exception(error)).rstrip()
+            console.error(f"raytrain hit an unexpected error; please report it with this traceback:\n{trace}")
+            self._write(records, control, summarize(self.run_dir, Ending.FAILED.value, started,
+                                                    f"unexpected error in raytrain: {error.__class__.__name__}: "
+                                                    f"{error}"))
+            raise error
+        return self._write(records, control, summarize(self.run_dir, Ending.SUCCEEDED.value, started))
+
+    def _write(self, records: runs.Records, control: RunControl, result: dict) -> Outcome:
+        try:
+            records.write_result(result)
+        except OSError as err:  # a full or read-only disk: the outcome is still said on the console
+            console.warning(f"could not write {self.run_dir / runs.RESULT_FILE}: {err.strerror or err}", out=self.out)
+        control.close(f"the attempt ended ({result['status']})")
+        return Outcome(self.run_dir, result)
+
+    def _let_workers_checkpoint(self, control: RunControl, worker: threading.Thread) -> None:
+        """Ask the workers to checkpoint at their next step boundary and end; wait stop_grace_s for them."""
         self.say(f"received {self.stop_reason}: the workers checkpoint at their next step and stop (waiting up "
                  f"to {self.stop_grace_s:.0f} s; a second signal stops at once)")
         try:
-            lease.request_stop(self.stop_reason)
+            control.request_stop(self.stop_reason)
         except (leases.LeaseLost, OSError) as err:
-            self.warn(f"could not ask the workers to stop ({err}); stopping Ray now")
+            console.warning(f"could not ask the workers to stop ({err}); stopping now", out=self.out)
             return
         worker.join(self.stop_grace_s)
         if worker.is_alive():
-            self.warn(f"the workers did not stop within {self.stop_grace_s:.0f} s; stopping Ray now (work since the "
-                      f"last checkpoint is lost)")
+            console.warning(f"the workers did not stop within {self.stop_grace_s:.0f} s; stopping now (work since "
+                            f"the last checkpoint is lost)", out=self.out)
 
-    def _stopped(self, started: float, summarize: Callable, outcome_cls) -> "Outcome":
-        name = signal.Signals(self.stop_signal).name
-        # Ray's workers stop first, so that the result counts what they wrote.
-        if self.left_running is None:
-            self._shutdown_ray()
-        else:  # a shutdown under the launcher's thread would crash: the watchdog stops Ray's processes
-            self._end_watchdog(wait=True)
-        result = summarize(self.run_dir, "stopped", started)
+    def _stopped(self, started: float) -> dict:
+        name = signal.Signals(self.stop_signal).name if self.stop_signal else "a stop request"
+        result = summarize(self.run_dir, Ending.STOPPED.value, started)
         kept = (f"checkpoints written so far are kept (newest: {Path(result['checkpoint']).name}); run the same "
                 f"command again to resume from it" if result["checkpoint"] else
                 "no checkpoint had been written yet; run the same command again to start over")
-        result["signal"] = name
+        if self.stop_signal:
+            result["signal"] = name
         result["error"] = f"stopped by {name} after {result['epochs_completed']} epoch(s); {kept}"
-        runs.write_result(self.run_dir, result)
-        runs.fence_writes(self.run_dir, _Closed(f"the attempt was stopped by {name}"))
-        return outcome_cls(self.run_dir, result)
-
-    @staticmethod
-    def _shutdown_ray() -> None:
-        try:
-            import ray
-        except ImportError:
-            return
-        if ray.is_initialized():
-            ray.shutdown()
+        return result
 
     def _end_watchdog(self, wait: bool) -> None:
         """Close the watchdog's pipe: it stops the embedded Ray's processes that are still running."""
@@ -279,16 +285,14 @@ class Attempt:
         self.watchdog = None
 
 
-def run_attempt(cfg: RunConfig, address: Optional[str], report: Callable[["Outcome"], int], *,
+def run_attempt(cfg: RunConfig, trainer: Trainer, report: Callable[[Outcome], int], *,
                 wait_for_lease: bool = False, lease_ttl_s: float = leases.DEFAULT_TTL_S,
-                stop_grace_s: float = STOP_GRACE_S, in_submitted_job: bool = False) -> int:
+                stop_grace_s: float = STOP_GRACE_S, out: TextIO = sys.stdout) -> int:
     """Run one attempt and return its exit code: report's for an outcome, 128 + the signal when stopped by one."""
-    from raytrain.launcher import train
-
-    attempt = Attempt(cfg, address, wait_for_lease=wait_for_lease, lease_ttl_s=lease_ttl_s,
-                      stop_grace_s=stop_grace_s, in_submitted_job=in_submitted_job)
+    attempt = Attempt(cfg, wait_for_lease=wait_for_lease, lease_ttl_s=lease_ttl_s, stop_grace_s=stop_grace_s,
+                      out=out)
     try:
-        outcome = attempt.run(train)
+        outcome = attempt.run(trainer)
         code = report(outcome)
         stopped_by = outcome.result.get("signal")
         return 128 + signal.Signals[stopped_by].value if stopped_by else code

@@ -1,62 +1,147 @@
-"""Checkpoint files: written so that a crash mid-write never yields a loadable-looking but broken checkpoint.
+"""Checkpoints: the protocol every checkpointer follows, and the single-file checkpointer.
 
-A checkpoint directory holds `state.pt` (model, optimizer, epoch, resolved config) and `meta.json` (epoch and
-the sha256 of state.pt), each written to a temporary name and renamed into place, meta last. A directory whose
-meta is missing or whose state does not match its hash is not a checkpoint: resume skips it with a warning and
-falls back to the one before.
+A checkpointer saves a training state at a position (the last completed epoch, and steps into the next one for a
+mid-epoch checkpoint), commits it atomically and fenced, finds the newest complete one, loads it and prunes old
+ones. The run's workers call `save` at the same step; what each writes is the checkpointer's business (the
+single-file one: rank 0 writes the whole state; a sharded one: every rank its shards).
+
+`FileCheckpointer`, the single-file checkpointer, writes into the run directory itself:
+  .staging-checkpoint_<...>/  state.pt (model, optimizer, position, resolved config, extra state; its sha256
+                              computed while it is written, never by reading it back), then meta.json (the
+                              manifest: format, position, sha256, size, config, attempt), each fsynced;
+  checkpoint_<...>/           the same directory renamed into place: the commit. The rename happens only after
+                              the run's fence passed (raytrain.runcontrol), by the lease holder's rank 0.
+So a `checkpoint_*` directory was always completely written; a `.staging-*` one provably never was (a crash, a full
+disk, a lost lease mid-write) and is removed by the next lease holder. A committed checkpoint whose files were
+damaged later is never deleted: it is verified another way where it can be (a damaged meta.json beside a state.pt
+that loads) and otherwise skipped with a warning; a start with checkpoints none of which loads is refused
+(raytrain.resume). Pruning keeps the newest `keep` complete checkpoints of the run, whichever attempt wrote them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import re
-import uuid
-from pathlib import Path
 import shutil
-from typing import Any, Callable, Iterable, Optional
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
 
-from raytrain import files
+from raytrain.runcontrol import UNFENCED, Control
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 DIR_PREFIX = "checkpoint_"
-FORMAT = 1
+STAGING_PREFIX = ".staging-"
+FORMAT = 2
 
 
 class CheckpointUnreadable(Exception):
     pass
 
 
-def checkpoint_dir_name(epoch: int, step: int = 0) -> str:
-    # Unique per report: a retrained epoch never overwrites (or is pruned together with) an older copy.
-    at = f"_step{step:08d}" if step else ""
-    return f"{DIR_PREFIX}epoch{epoch:06d}{at}_{uuid.uuid4().hex[:8]}"
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where a checkpoint was taken: `epoch` completed, then `step` batches into the next one (0: at its start)."""
+
+    epoch: int
+    step: int = 0
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+@dataclass
+class Loaded:
+    path: Path
+    state: dict
+    warning: Optional[str] = None  # how it was verified when its manifest was damaged
 
 
-def write_checkpoint(directory: Path, *, model_state: dict, optimizer_state: Optional[dict], epoch: int, config: dict,
-                     extra: Optional[dict[str, Any]] = None, step: int = 0, attempt: Optional[int] = None) -> None:
-    """epoch: the last completed epoch; step > 0: a mid-epoch checkpoint after that many batches of the next one
-    (its statistics so far travel in `extra`, with the loop's other stateful objects)."""
+class Checkpointer(Protocol):
+    """What the Session asks of a checkpointer; the run control fences every commit."""
+
+    def save(self, position: Position, state: Callable[[], dict], *, writer: bool) -> Optional[Path]:
+        """Called by every worker at the same step. `state` builds this worker's state (called only where it is
+        written); writer: this worker writes (the single-file checkpointer: rank 0). Returns the committed path."""
+
+    def latest(self) -> list[Path]:
+        """Committed checkpoints, newest position first (complete ones; a damaged one is found by load)."""
+
+    def load_newest(self, warn: Callable[[str], None]) -> Optional[Loaded]:
+        """The newest checkpoint that loads and verifies; each skipped one reported through `warn`."""
+
+    def prune(self, keep: int) -> None:
+        """Delete complete checkpoints beyond the newest `keep`."""
+
+
+def checkpoint_dir_name(position: Position) -> str:
+    # Unique per save: a retrained position never overwrites (or is pruned together with) an older copy.
+    at = f"_step{position.step:08d}" if position.step else ""
+    return f"{DIR_PREFIX}epoch{position.epoch:06d}{at}_{uuid.uuid4().hex[:8]}"
+
+
+class _HashingWriter(io.RawIOBase):
+    """A file that hashes what is written through it: the sha256 of state.pt without reading it back."""
+
+    def __init__(self, handle: Any):
+        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+        self.error: Optional[OSError] = None  # torch turns a failed write into a RuntimeError: keep the cause
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.digest.update(view)
+        self.size += len(view)
+        try:
+            return self.handle.write(view)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(directory: Path, state: dict, *, config: dict, attempt: Optional[int] = None) -> None:
+    """Write state.pt then meta.json into `directory` (a staging directory), both durable. `state` holds at least
+    "epoch" and "step"; its sha256 is computed while it is written."""
     import torch
 
     directory.mkdir(parents=True, exist_ok=True)
-    state = {"model": model_state, "optimizer": optimizer_state, "epoch": epoch, "config": config,
-             "extra": extra or {}, "step": step}
-    files.write_atomic(directory / STATE_FILE, lambda tmp: torch.save(state, tmp), durable=True)
-    # The config also goes in meta.json, so that the driver compares a resume's settings without loading state;
-    # the size tells an upload cut short (torn, cleaned away) from a corrupted file (refused, named).
-    meta = {"format": FORMAT, "epoch": epoch, "step": step, "sha256": _sha256(directory / STATE_FILE),
-            "size": (directory / STATE_FILE).stat().st_size, "config": config, "attempt": attempt}
-    files.write_atomic(directory / META_FILE, json.dumps(meta), durable=True)
+    with open(directory / STATE_FILE, "wb") as handle:
+        writer = _HashingWriter(handle)
+        try:
+            torch.save(state, writer)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except Exception:
+            if writer.error is not None:  # a full or read-only disk: say that, not torch's "unexpected pos"
+                raise writer.error from None
+            raise
+    meta = {"format": FORMAT, "epoch": int(state["epoch"]), "step": int(state.get("step") or 0),
+            "sha256": writer.digest.hexdigest(), "size": writer.size, "config": config, "attempt": attempt}
+    with open(directory / META_FILE, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(meta))
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(directory)
 
 
 def read_meta(directory: Path) -> dict:
@@ -69,9 +154,9 @@ def read_meta(directory: Path) -> dict:
     return meta
 
 
-def torn_reason(directory: Path) -> Optional[str]:
-    """Why a checkpoint directory was never completely written (a crash, a full disk, an upload cut short), or
-    None if it was. A complete directory can still be corrupted: verify() says."""
+def incomplete_reason(directory: Path) -> Optional[str]:
+    """Cheap (no read of state.pt): why a committed checkpoint cannot be complete, or None if its manifest and
+    state.pt's size agree. Used to choose and to prune; load() verifies the hash."""
     try:
         meta = read_meta(directory)
     except CheckpointUnreadable as why:
@@ -80,80 +165,154 @@ def torn_reason(directory: Path) -> Optional[str]:
     size = state_path.stat().st_size if state_path.is_file() else None
     if not size:
         return f"{STATE_FILE} is {'missing' if size is None else 'empty'}"
-    if isinstance(meta.get("size"), int) and size < meta["size"]:
-        return f"{STATE_FILE} holds {size} of its {meta['size']} bytes"
+    if isinstance(meta.get("size"), int) and size != meta["size"]:
+        return f"{STATE_FILE} holds {size} bytes, its manifest says {meta['size']}"
     return None
 
 
-def verify(directory: Path) -> dict:
-    """The checkpoint's meta if its state is complete and matches its hash, else CheckpointUnreadable."""
+def verify_hash(directory: Path) -> None:
+    """Read state.pt once and check it against its manifest's sha256: CheckpointUnreadable if it differs. The
+    driver does this for the one checkpoint a start resumes from (its workers' rank 0 reads it once more to load)."""
     meta = read_meta(directory)
-    state_path = directory / STATE_FILE
-    if not state_path.is_file():
-        raise CheckpointUnreadable(f"{STATE_FILE} is missing")
-    if _sha256(state_path) != meta.get("sha256"):
+    digest = hashlib.sha256()
+    try:
+        with open(directory / STATE_FILE, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as err:
+        raise CheckpointUnreadable(f"{STATE_FILE} cannot be read ({err.strerror or err.__class__.__name__})") from None
+    if digest.hexdigest() != meta["sha256"]:
         raise CheckpointUnreadable(f"{STATE_FILE} does not match the hash in {META_FILE} (truncated or corrupted)")
-    return meta
 
 
-def read_checkpoint(directory: Path) -> dict:
-    """The checkpoint's state, or CheckpointUnreadable saying why not."""
-    verify(directory)
+def _torch_load(data: bytes) -> dict:
     import torch
 
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or "epoch" not in state:
+        raise ValueError("not a raytrain checkpoint state")
+    return state
+
+
+def load(directory: Path) -> Loaded:
+    """The checkpoint's state, read once: its sha256 is checked on the bytes read. A damaged manifest beside a
+    state.pt that loads is verified another way: the state loads and names its own position (the warning says so).
+    Anything else is CheckpointUnreadable, saying why."""
+    state_path = directory / STATE_FILE
     try:
-        return torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for a bad pickle
+        data = state_path.read_bytes()
+    except OSError as err:
+        raise CheckpointUnreadable(f"{STATE_FILE} cannot be read ({err.strerror or err.__class__.__name__})") from None
+    try:
+        meta = read_meta(directory)
+    except CheckpointUnreadable as why:
+        try:
+            state = _torch_load(data)
+        except Exception as err:  # torch raises several types for a bad pickle
+            raise CheckpointUnreadable(f"{why}, and {STATE_FILE} does not load ({err.__class__.__name__})") from None
+        return Loaded(directory, state, f"{why}; its {STATE_FILE} loads and was used")
+    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        raise CheckpointUnreadable(f"{STATE_FILE} does not match the hash in {META_FILE} (truncated or corrupted)")
+    try:
+        return Loaded(directory, _torch_load(data))
+    except Exception as err:
         raise CheckpointUnreadable(f"{STATE_FILE} cannot be loaded ({err.__class__.__name__})") from None
 
 
-def _position(directory: Path) -> tuple[int, int]:
-    """(last completed epoch, steps into the next one) of a checkpoint directory."""
+def position_of(directory: Path) -> Position:
+    """A checkpoint directory's position: from its manifest, else from its name."""
     try:
-        meta = json.loads((directory / META_FILE).read_text())
-        return int(meta["epoch"]), int(meta.get("step") or 0)
-    except (OSError, ValueError, KeyError, TypeError):
+        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        return Position(int(meta["epoch"]), int(meta.get("step") or 0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         match = re.match(rf"{DIR_PREFIX}epoch(\d+)(?:_step(\d+))?", directory.name)
-        return (int(match.group(1)), int(match.group(2) or 0)) if match else (-1, 0)
+        return Position(int(match.group(1)), int(match.group(2) or 0)) if match else Position(-1)
 
 
-def candidates(run_dir: Path, ray_latest: Iterable[Path] = ()) -> list[Path]:
-    """Checkpoint directories to try, newest epoch first.
+def committed(run_dir: Path) -> list[Path]:
+    """Every committed checkpoint directory of a run, newest position first (ties: the newest write first)."""
+    found = [p for p in Path(run_dir).glob(f"{DIR_PREFIX}*") if p.is_dir()]
 
-    Ray Train's own latest checkpoint only breaks ties: a checkpoint that was fully uploaded but whose report the
-    controller had not yet consumed when a worker died is newer than Ray's latest, and losing it would throw away a
-    checkpoint interval of work. Completeness is checked when loading (read_checkpoint), not assumed here."""
-    preferred = {p.resolve() for p in ray_latest}
-    found = {p.resolve(): p for p in [*ray_latest, *run_dir.glob(f"{DIR_PREFIX}*")] if p.is_dir()}
-    return sorted(
-        found.values(),
-        key=lambda p: (_position(p), p.resolve() in preferred, p.stat().st_mtime),
-        reverse=True,
-    )
-
-
-def newest_verified(run_dir: Path) -> Optional[Path]:
-    """The newest checkpoint whose state matches its hash: what a result may point at."""
-    for path in candidates(run_dir):
+    def key(path: Path) -> tuple:
         try:
-            verify(path)
-            return path
-        except CheckpointUnreadable:
-            continue
-    return None
+            mtime = path.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        return position_of(path), mtime
+
+    return sorted(found, key=key, reverse=True)
 
 
-def load_newest(paths: Iterable[Path], warn: Callable[[str], None]) -> Optional[tuple[Path, dict]]:
-    """The newest checkpoint that loads; each one skipped is reported through `warn`."""
-    for path in paths:
-        try:
-            return path, read_checkpoint(path)
-        except CheckpointUnreadable as why:
-            warn(f"checkpoint {path} is unreadable: {why}; falling back to the one before")
-    return None
+def staging_dirs(run_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(run_dir).glob(f"{STAGING_PREFIX}{DIR_PREFIX}*") if p.is_dir())
 
 
 def remove(directory: Path) -> None:
-    """Delete a checkpoint directory: its meta first, so that a crash midway leaves one that reads as damaged."""
+    """Delete a checkpoint directory: its manifest first, so that a crash midway leaves one that reads as damaged."""
     (directory / META_FILE).unlink(missing_ok=True)
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def newest_complete(run_dir: Path) -> Optional[Path]:
+    """The newest committed checkpoint whose manifest and size agree: what a result points at (load verifies the
+    hash; reading every byte again here would double what a resume reads)."""
+    return next((p for p in committed(run_dir) if incomplete_reason(p) is None), None)
+
+
+class FileCheckpointer:
+    """The single-file checkpointer: rank 0 writes the whole state into STORAGE/NAME (see the module's doc)."""
+
+    def __init__(self, run_dir: Path, control: Control = UNFENCED, keep: int = 2):
+        self.run_dir, self.control, self.keep = Path(run_dir), control, keep
+
+    def save(self, position: Position, state: Callable[[], dict], *, writer: bool,
+             config: Optional[dict] = None) -> Optional[Path]:
+        if not writer:
+            return None
+        self.control.check()  # a worker of an attempt that lost the run does not even write
+        name = checkpoint_dir_name(position)
+        staging = self.run_dir / f"{STAGING_PREFIX}{name}"
+        try:
+            write_checkpoint(staging, state(), config=config or {}, attempt=self.control.token)
+            self.control.check()  # the commit is the rename below: fenced at the last moment
+            staging.rename(self.run_dir / name)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # never committed: nothing half-written stays
+            raise
+        _fsync_dir(self.run_dir)
+        self.prune(self.keep)
+        return self.run_dir / name
+
+    def latest(self) -> list[Path]:
+        return committed(self.run_dir)
+
+    def load_newest(self, warn: Callable[[str], None]) -> Optional[Loaded]:
+        for path in self.latest():
+            try:
+                loaded = load(path)
+            except CheckpointUnreadable as why:
+                warn(f"checkpoint {path.name} is unreadable: {why}; falling back to the one before")
+                continue
+            if loaded.warning:
+                warn(f"checkpoint {path.name}: {loaded.warning}")
+            return loaded
+        return None
+
+    def prune(self, keep: int) -> None:
+        """Keep the newest `keep` complete checkpoints (of any attempt: a killed one's newest are pruned here too).
+        Damaged ones are never deleted: they may be all that is left, and resume names them."""
+        complete = [p for p in self.latest() if incomplete_reason(p) is None]
+        for old in complete[keep:]:
+            self.control.check()
+            remove(old)
+
+    def remove_staging(self, warn: Callable[[str], None]) -> list[str]:
+        """Delete staging directories: checkpoints provably never committed. Only while holding the run's lease (a
+        live writer's staging directory looks the same)."""
+        removed = []
+        for path in staging_dirs(self.run_dir):
+            self.control.check()
+            shutil.rmtree(path, ignore_errors=True)
+            warn(f"{path.name} was never committed (a crash or a full disk while it was written): removed")
+            removed.append(path.name)
+        return removed

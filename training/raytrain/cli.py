@@ -98,19 +98,27 @@ def _lease_ttl_s() -> float:
     return _seconds_env("RAYTRAIN_LEASE_TTL_S", DEFAULT_TTL_S)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from raytrain.attempt import STOP_GRACE_S, run_attempt
+def _attempt_options() -> dict:
+    from raytrain.attempt import STOP_GRACE_S
 
-    return run_attempt(_load(args), _address(args), _report, wait_for_lease=args.wait_for_lease,
-                       lease_ttl_s=_lease_ttl_s(),
-                       stop_grace_s=_seconds_env("RAYTRAIN_STOP_GRACE_S", STOP_GRACE_S),
-                       in_submitted_job=_in_submitted_job())
+    return {"lease_ttl_s": _lease_ttl_s(), "stop_grace_s": _seconds_env("RAYTRAIN_STOP_GRACE_S", STOP_GRACE_S)}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from raytrain.attempt import run_attempt
+    from raytrain.launcher import RayTrainer
+
+    cfg = _load(args)
+    trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job())
+    return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from raytrain.local import train_local
+    from raytrain.attempt import run_attempt
+    from raytrain.local import LocalTrainer
 
-    return _report(train_local(_load(args), wait_for_lease=args.wait_for_lease, lease_ttl_s=_lease_ttl_s()))
+    cfg = _load(args)
+    return run_attempt(cfg, LocalTrainer(cfg), _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 
 # ---------------------------------------------------------------------------------------------- tune, data

@@ -42,11 +42,17 @@ FiniteNonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 @dataclass
 class TrainSection:
     epochs: Positive = 10  # passes over the training set
-    batch_size: Positive = 64  # GLOBAL batch size; each of N workers gets batch_size / N
-    optimizer: Literal["adam", "adamw", "sgd"] = "adamw"
+    batch_size: Positive = 64  # GLOBAL batch size per optimizer step; each of N workers gets batch_size / N
+    grad_accum_steps: Positive = 1  # each worker's share split into this many micro-batches per optimizer step
+    # adam | adamw | sgd (built from lr, weight_decay, momentum below), or a component:
+    # {_component_: torch.optim.AdamW, lr: 3e-4, betas: [0.9, 0.95]} (its own keys; lr etc. below then unused)
+    optimizer: Union[Literal["adam", "adamw", "sgd"], dict] = "adamw"
     lr: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1e-3
     weight_decay: FiniteNonNegative = 0.0
     momentum: FiniteNonNegative = 0.9  # sgd only
+    # an LR scheduler component, e.g. {_component_: torch.optim.lr_scheduler.CosineAnnealingLR, T_max: 1000,
+    # interval: step}; interval: step (after every optimizer step) or epoch (default); restored on resume
+    scheduler: Optional[dict] = None
     mixed_precision: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on GPU, off on CPU
     grad_clip: FiniteNonNegative = 0.0  # max global grad norm; 0 disables
     seed: NonNegative = 0
@@ -75,6 +81,7 @@ class RunSection:
     checkpoint_every_steps: NonNegative = 0  # every N optimizer steps
     checkpoint_every_s: FiniteNonNegative = 0.0  # every N seconds of training
     keep_checkpoints: Positive = 2  # newest N kept; >= 2 lets a corrupt newest fall back to the one before
+    log_every_steps: NonNegative = 0  # a row in steps.jsonl every N optimizer steps (rank 0's loss); 0 = off
     max_failures: Annotated[int, Field(ge=-1)] = 3  # worker-group restarts before the run fails; -1 = unlimited
 
 
@@ -98,10 +105,13 @@ class DataSection:
         return self.component.path
 
 
+SCHEDULER_INTERVALS = ("epoch", "step")
+
+
 @dataclass
 class RunConfig:
-    model: Component
-    data: DataSection
+    model: Optional[Component]  # None: the loop builds its own (a loop that needs it says so: `requires`)
+    data: Optional[DataSection]
     loss: Component
     loop: Component
     train: TrainSection = field(default_factory=TrainSection)
@@ -111,22 +121,41 @@ class RunConfig:
     # Component sections whose code cannot be imported here (raytrain validate without the user's project): their
     # keys are the user's and are checked when the run starts.
     unchecked: list[str] = field(default_factory=list)
+    optimizer: Optional[Component] = None  # train.optimizer as a component (None: the named built-in)
+    scheduler: Optional[Component] = None
+    scheduler_interval: str = "epoch"
 
     def to_dict(self) -> dict:
         """The resolved config as plain data: what config.yaml and every checkpoint store."""
         train = asdict(self.train)
         train["loss"] = self.loss.path if not self.loss.kwargs else self.loss.to_dict()
-        return {
-            "model": self.model.to_dict(),
-            "data": {COMPONENT_KEY: self.data.path, "loader": self.data.loader, **self.data.kwargs},
+        if self.optimizer is not None:
+            train["optimizer"] = self.optimizer.to_dict()
+        if self.scheduler is not None:
+            train["scheduler"] = {**self.scheduler.to_dict(), "interval": self.scheduler_interval}
+        return _plain({
+            "model": self.model.to_dict() if self.model is not None else None,
+            "data": ({COMPONENT_KEY: self.data.path, "loader": self.data.loader, **self.data.kwargs}
+                     if self.data is not None else None),
             "loop": self.loop.to_dict(),
             "train": train,
             "scaling": asdict(self.scaling),
             "run": asdict(self.run),
-        }
+        })
 
     @property
-    def per_worker_batch_size(self) -> int:
+    def model_kwargs(self) -> dict:
+        """The model component's arguments ({} without a model section): what a data source's checks compare."""
+        return self.model.kwargs if self.model is not None else {}
+
+    def components(self) -> list[Component]:
+        """Every component of the config (the code a run imports)."""
+        found = [self.model, self.data.component if self.data else None, self.loop, self.loss, self.optimizer,
+                 self.scheduler]
+        return [c for c in found if c is not None]
+
+    @property
+    def per_worker_batch_size(self) -> int:  # per optimizer step (micro-batches: / train.grad_accum_steps)
         return self.train.batch_size // self.scaling.num_workers
 
     @property
@@ -301,20 +330,40 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     train = _section(TrainSection, raw.get("train"), where, "train")
     scaling = _section(ScalingSection, raw.get("scaling"), where, "scaling")
     run = _section(RunSection, raw.get("run"), where, "run")
-    model, _ = component("model", raw.get("model") or {})
-    data_component, own = component("data", raw.get("data") or {}, reserved=("loader",), injected=(DataContext,))
     loop, _ = component("loop", raw.get("loop") or {}, default=DEFAULT_LOOP, skip=1)
-    source_class = data_component.target if isinstance(data_component.target, type) and issubclass(
-        data_component.target, DataSource) else None
+    # model and data are the loop's business: a section left out is None, refused only if the loop requires it.
+    requires = tuple(getattr(loop.target, "requires", ())) if loop.target is not _unavailable else ()
+    for section in ("model", "data"):
+        if _absent(raw.get(section)) and section in requires:
+            example = "mlp" if section == "model" else "raytrain.data.digits.Digits"
+            raise ConfigError(f"{source}: the loop {loop.path} builds the config's {section}, but there is no "
+                              f"'{section}' section. Fix: add {section}: {{_component_: ...}} (e.g. {example}), or "
+                              f"use a loop of your own that builds it.")
+    model = None if _absent(raw.get("model")) else component("model", raw.get("model"))[0]
+    data_component, own = (None, {}) if _absent(raw.get("data")) else component(
+        "data", raw.get("data"), reserved=("loader",), injected=(DataContext,))
+    source_class = data_component.target if data_component is not None and isinstance(
+        data_component.target, type) and issubclass(data_component.target, DataSource) else None
     loss = _loss(train.loss if train.loss is not None else (source_class or DataSource).default_loss, where,
                  import_user_code)
-    loaders = source_class.loaders if source_class else ("torch", "ray")
-    loader = own.get("loader", loaders[0])
-    if loader not in loaders:
-        raise ConfigError(f"{where('data.loader')}: data.loader: {loader!r} is not available for "
-                          f"{data_component.path}. Fix: use one of {', '.join(loaders)}.")
-    config = RunConfig(model=model, data=DataSection(data_component, loader), loss=loss, loop=loop, train=train,
-                       scaling=scaling, run=run, source=source, unchecked=unchecked)
+    data = None
+    if data_component is not None:
+        loaders = source_class.loaders if source_class else ("torch", "ray")
+        loader = own.get("loader", loaders[0])
+        if loader not in loaders:
+            raise ConfigError(f"{where('data.loader')}: data.loader: {loader!r} is not available for "
+                              f"{data_component.path}. Fix: use one of {', '.join(loaders)}.")
+        data = DataSection(data_component, loader)
+    optimizer = _optional_component(train.optimizer, where, "train.optimizer", import_user_code, skip=1)
+    scheduler_raw = dict(train.scheduler) if isinstance(train.scheduler, dict) else None
+    interval = scheduler_raw.pop("interval", "epoch") if scheduler_raw is not None else "epoch"
+    if interval not in SCHEDULER_INTERVALS:
+        raise ConfigError(f"{where('train.scheduler')}: train.scheduler.interval: {interval!r} is not step or "
+                          f"epoch. Fix: interval: step (the scheduler steps after every optimizer step) or epoch.")
+    scheduler = _optional_component(scheduler_raw, where, "train.scheduler", import_user_code, skip=1)
+    config = RunConfig(model=model, data=data, loss=loss, loop=loop, train=train, scaling=scaling, run=run,
+                       source=source, unchecked=unchecked, optimizer=optimizer, scheduler=scheduler,
+                       scheduler_interval=interval)
     _check_values(config, where)
     if source_class is not None:
         components.instantiate(data_component).check(config, _fail(where))
@@ -323,6 +372,31 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
 
 def _unavailable(*_args, **_kwargs):
     raise ConfigError("this component's code is not importable here")
+
+
+def _absent(section: Any) -> bool:
+    return section is None or section == {}
+
+
+def _optional_component(raw: Any, where: components.Where, section: str, import_code: bool,
+                        skip: int) -> Optional[Component]:
+    """A `{_component_: ..., kwargs}` setting inside raytrain's own sections (train.optimizer, train.scheduler),
+    checked against its signature after its first `skip` parameters (the parameters, the optimizer)."""
+    if not isinstance(raw, dict):
+        return None
+    reference, rest = components.split_section(raw, where, section)
+    if not import_code and isinstance(reference, str) and not reference.startswith("torch."):
+        return Component(str(reference), _unavailable, rest)
+    return components.resolve(raw, where, section, skip=skip)[0]
+
+
+def _plain(value: Any) -> Any:
+    """Tuples (a signature's defaults, e.g. betas) as lists: config.yaml and checkpoints are plain YAML and JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _section(cls: type, raw: Any, where: components.Where, section: str):
@@ -370,6 +444,13 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
             "train.batch_size",
             f"global batch size {t.batch_size} does not split evenly over {s.num_workers} workers",
             f"use {lower} or {lower + s.num_workers}, or change scaling.num_workers",
+        )
+    share = t.batch_size // s.num_workers
+    if share % t.grad_accum_steps:
+        fail(
+            "train.grad_accum_steps",
+            f"each worker's {share} samples per step do not split into {t.grad_accum_steps} equal micro-batches",
+            f"use a train.grad_accum_steps that divides {share}, or change train.batch_size",
         )
     if not s.use_gpu and t.mixed_precision in ("bf16", "fp16"):
         fail(

@@ -37,10 +37,10 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from raytrain import files, rayinternals
 from raytrain.errors import RaytrainError
 from raytrain.processes import proc_table
 
@@ -48,8 +48,6 @@ NOTICE_NAME = "raytrain-drain.json"
 # How often a worker asks the GCS at most; between asks node_draining() answers from its last look.
 PROBE_INTERVAL_S = 0.5
 DRIVER_COMMANDS = ("run", "tune")
-# Ray sets each actor process's title to ray::<Class>[.<method>]: Ray Train's worker actor class (v1 and v2).
-TRAIN_WORKER_TITLES = ("ray::RayTrainWorker", "ray::_RayTrainWorker")
 
 
 class DrainError(RaytrainError):
@@ -68,38 +66,13 @@ class NodeDraining(RuntimeError):
 
 # ----------------------------------------------------------------------------------------- the node we are on
 
-@dataclass
-class LocalRaylet:
-    """A raylet process visible here, read from its command line (node id, address, GCS, session directory)."""
-    pid: int
-    node_id: str
-    node_ip: str
-    gcs_address: str
-    session_dir: str
-    temp_dir: str
-    is_head: bool
-
-    @property
-    def notice_path(self) -> Path:
-        return Path(self.session_dir) / NOTICE_NAME
+LocalRaylet = rayinternals.LocalRaylet
+local_raylets = rayinternals.local_raylets
 
 
-def _flag(cmd: list[str], name: str) -> str:
-    prefix = f"--{name}="
-    return next((part[len(prefix):] for part in cmd if part.startswith(prefix)), "")
-
-
-def local_raylets(table: dict | None = None) -> list[LocalRaylet]:
-    """Every raylet whose process is visible here: in a pod (its own PID namespace) exactly the pod's one."""
-    found = []
-    for pid, (_, _, cmd) in (table if table is not None else proc_table()).items():
-        if not cmd or os.path.basename(cmd[0]) != "raylet" or not _flag(cmd, "node_id"):
-            continue
-        found.append(LocalRaylet(
-            pid=pid, node_id=_flag(cmd, "node_id"), node_ip=_flag(cmd, "node_ip_address"),
-            gcs_address=_flag(cmd, "gcs-address"), session_dir=_flag(cmd, "session_dir"),
-            temp_dir=_flag(cmd, "temp_dir"), is_head="node:__internal_head__" in _flag(cmd, "static_resource_list")))
-    return found
+def notice_path(raylet: LocalRaylet) -> Path:
+    """Where `raytrain drain` leaves its notice for the node's workers: the node's Ray session directory."""
+    return Path(raylet.session_dir) / NOTICE_NAME
 
 
 def _is_local_address(ip: str) -> bool:
@@ -117,7 +90,7 @@ def this_raylet(temp_dir: str | None = None, table: dict | None = None) -> Local
     """The raylet of the node this process runs on, or None when no Ray node runs here. Where several are visible
     (nodes sharing one machine), the one whose address belongs to this network namespace. temp_dir (else
     $RAY_TMPDIR, as Ray reads it) keeps only the node started with that `--temp-dir`."""
-    raylets = local_raylets(table)
+    raylets = local_raylets(table if table is not None else proc_table())
     temp_dir = temp_dir or os.environ.get("RAY_TMPDIR")
     if temp_dir:  # said explicitly: never another node's raylet, even the only one in sight
         raylets = [r for r in raylets if os.path.realpath(r.temp_dir) == os.path.realpath(temp_dir)]
@@ -135,13 +108,9 @@ def this_raylet(temp_dir: str | None = None, table: dict | None = None) -> Local
 def request_gcs_drain(raylet: LocalRaylet, deadline_s: float, message: str) -> tuple[bool, str]:
     """Mark the node DRAINING in the GCS, as `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` does
     (ray/scripts/scripts.py drain_node): no new work goes there; the deadline says when it is force-stopped."""
-    from ray._raylet import GcsClient
-    from ray.core.generated import autoscaler_pb2
-
     deadline_ms = int((time.time() + deadline_s) * 1000)
     try:
-        accepted, rejection = GcsClient(address=raylet.gcs_address).drain_node(
-            raylet.node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), message, deadline_ms)
+        accepted, rejection = rayinternals.drain_node(raylet.gcs_address, raylet.node_id, message, deadline_ms)
     except Exception as err:  # the GCS unreachable or refusing our token: the notice file still tells the workers
         return False, f"{type(err).__name__}: {err}"
     return bool(accepted), rejection or ""
@@ -149,9 +118,7 @@ def request_gcs_drain(raylet: LocalRaylet, deadline_s: float, message: str) -> t
 
 def write_notice(raylet: LocalRaylet, deadline_s: float, reason: str) -> None:
     notice = {"node_id": raylet.node_id, "since": time.time(), "deadline": time.time() + deadline_s, "reason": reason}
-    tmp = raylet.notice_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(notice))
-    tmp.replace(raylet.notice_path)
+    files.write_atomic(notice_path(raylet), json.dumps(notice))
 
 
 def _descends_from(pid: int, ancestor: int, table: dict) -> bool:
@@ -192,7 +159,7 @@ def training_processes(raylet: LocalRaylet | None, table: dict | None = None) ->
     """What still trains on this node: raytrain drivers and Ray Train worker actors."""
     table = table if table is not None else proc_table()
     workers = sorted(pid for pid, (_, _, cmd) in table.items()
-                     if raylet is not None and cmd and cmd[0].startswith(TRAIN_WORKER_TITLES)
+                     if raylet is not None and cmd and cmd[0].startswith(rayinternals.TRAIN_WORKER_TITLES)
                      and _descends_from(pid, raylet.pid, table))
     return {"drivers": local_drivers(raylet, table), "workers": workers}
 
@@ -218,7 +185,7 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
             outcome["gcs_drain"] = accepted
             say(f"node {raylet.node_ip} ({raylet.node_id[:8]}) "
                 + ("marked DRAINING in the GCS: no new work goes there" if accepted else
-                   f"not drained by the GCS ({rejection}); the workers read the drain notice {raylet.notice_path}"))
+                   f"not drained by the GCS ({rejection}); the workers read the drain notice {notice_path(raylet)}"))
     table = proc_table()
     for pid in local_drivers(raylet, table):
         try:
@@ -266,8 +233,8 @@ _probe = _Probe()
 
 def node_draining(interval_s: float = PROBE_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> bool:
     """Whether the Ray node this worker runs on is being drained (its pod is being deleted): the node's DRAINING
-    state in the GCS's autoscaler view, or the drain notice `raytrain drain` wrote into the node's session
-    directory. Cheap enough for every step: at most one GCS call (about 1 ms) per interval_s, a stat between.
+    state in the GCS (asked about this node only), or the drain notice `raytrain drain` wrote into the node's
+    session directory. Cheap enough for every step: at most one small GCS call per interval_s, a stat between.
     Once True it stays True. False outside a Ray worker."""
     probe = _probe
     if probe.draining:
@@ -277,26 +244,18 @@ def node_draining(interval_s: float = PROBE_INTERVAL_S, clock: Callable[[], floa
         return False
     probe.checked = now
     try:
-        import ray
-        from ray._private import worker as ray_worker
-
-        if not ray.is_initialized():
-            return False
         if probe.node_id is None:
-            probe.node_id = ray.get_runtime_context().get_node_id()
-            probe.notice = Path(ray_worker.global_worker.node.get_session_dir_path()) / NOTICE_NAME
+            node = rayinternals.this_node()
+            if node is None:
+                return False
+            probe.node_id, probe.notice = node[0], node[1] / NOTICE_NAME
     except Exception:  # not a Ray worker after all
         return False
     try:
         if probe.notice is not None and probe.notice.exists():
             probe.draining = True
             return True
-        from ray.autoscaler.v2.sdk import get_cluster_resource_state
-        from ray.core.generated.autoscaler_pb2 import NodeStatus
-
-        state = get_cluster_resource_state(ray_worker.global_worker.gcs_client)
-        probe.draining = any(node.node_id.hex() == probe.node_id and node.status == NodeStatus.DRAINING
-                             for node in state.node_states)
+        probe.draining = rayinternals.node_is_draining(probe.node_id)
     except Exception:  # a GCS hiccup must never fail a training step; the next look asks again
         return False
     return probe.draining

@@ -1,7 +1,13 @@
-"""Builds and runs the TorchTrainer: embedded or joined Ray, worker sizing, resume, progress, result.json.
+"""The Ray Train body of an attempt (raytrain.attempt): embedded or joined Ray, worker sizing, the TorchTrainer,
+progress lines. The attempt around it owns the lease, the resume check and result.json.
 
 This is the driver side. On a cluster it runs on the head pod as the RayJob's entrypoint (`--address auto`);
 on a laptop it starts an embedded local Ray sized to the machine.
+
+Ray Train keeps its own files (its controller's checkpoint-manager snapshot, validation markers) under
+STORAGE/NAME/.ray-train/attempt-<token>: one directory per attempt, so that a stale attempt's controller (paused,
+then resumed after a takeover) never prunes, or points the new attempt at, anything the new attempt depends on.
+raytrain reports no checkpoints to Ray Train: the Session's checkpointer commits them into the run directory itself.
 """
 
 from __future__ import annotations
@@ -9,33 +15,23 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import checkpoints, console, preflight, runs
+from raytrain import console, preflight, runs
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
 from raytrain.sizing import size_workers
+
+RAY_TRAIN_DIR = ".ray-train"
 
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
 # waits for that poll. Half a second keeps checkpoints and failure detection prompt at negligible cost for the
 # handful of workers a job has. An explicit RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in the environment wins.
 CONTROLLER_POLL_INTERVAL_S = "0.5"
-
-
-@dataclass
-class Outcome:
-    run_dir: Path
-    result: dict
-
-    @property
-    def ok(self) -> bool:
-        return self.result["status"] == "succeeded"
 
 
 def connect_for(cfg: RunConfig, address: Optional[str], in_submitted_job: bool) -> str:
@@ -71,6 +67,9 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
     # Ray 2.55 announces a future default with a FutureWarning on every init. We want today's behaviour (workers
     # that asked for no GPU see none), so the tip is noise here.
     warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+    from raytrain.rayinternals import quiet_ray_thread_warning
+
+    quiet_ray_thread_warning()  # the attempt starts Ray from its body's thread on purpose
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, runtime_env=runtime_env or None)
         return f"joined Ray cluster at {address}"
@@ -145,28 +144,6 @@ def root_cause(err: BaseException) -> str:
     return lines[-1] if lines else err.__class__.__name__
 
 
-def summarize(run_dir: Path, status: str, started: float, error: Optional[str] = None) -> dict:
-    rows = runs.read_metrics(run_dir)
-    starts = [e for e in runs.read_events(run_dir) if e["event"] == "start" and e["time"] >= started]
-    resumes = [e["resumed_from_epoch"] for e in starts if e.get("resumed_from_epoch") is not None]
-    newest = checkpoints.newest_verified(run_dir)  # never a checkpoint that would not load
-    result = {
-        "status": status,
-        "epochs_completed": rows[-1]["epoch"] if rows else 0,
-        # The latest resume point of this invocation (null when it trained from scratch throughout).
-        "resumed_from_epoch": resumes[-1] if resumes else None,
-        "resumes": resumes,
-        "worker_group_starts": len(starts),
-        "metrics": rows[-1] if rows else {},
-        "run_dir": str(run_dir),
-        "checkpoint": str(newest) if newest else None,
-        "duration_s": round(time.time() - started, 3),
-    }
-    if error:
-        result["error"] = error
-    return result
-
-
 def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
                   lease_token: Optional[int] = None, on_cluster: bool = False):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
@@ -189,9 +166,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             resources_per_worker=per_worker,
         ),
         run_config=ray.train.RunConfig(
-            name=cfg.run.name,
-            storage_path=str(run_dir.parent),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+            name=f"attempt-{lease_token or 0}",
+            storage_path=str(run_dir / RAY_TRAIN_DIR),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=list(callbacks),
         ),
@@ -199,42 +175,71 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     )
 
 
-def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout,
-          in_submitted_job: bool = False, lease_token: Optional[int] = None) -> Outcome:
-    """Run the config with Ray Train; writes STORAGE/NAME/{config.yaml, metrics.jsonl, result.json}.
-    in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's code.
-    lease_token: the attempt holding the run (raytrain.attempt takes the lease and checks the resume first)."""
-    started = time.time()
-    run_dir = preflight.start_run(cfg, lambda directory, error: summarize(directory, "failed", started, error))
-    connected = connect_for(cfg, address, in_submitted_job)
-    console.info("connected", f"{connected}; run directory {run_dir}", out=out, run_dir=str(run_dir))
-    try:
-        per_worker = size_workers(cfg, alive_node_resources())
-    except LaunchError as err:
-        runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
-        raise
-    trainer = build_trainer(cfg, run_dir, per_worker, lease_token=lease_token, on_cluster=address is not None)
-    shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
-    console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
-                 f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", out=out,
-                 num_workers=cfg.scaling.num_workers, per_worker=per_worker)
-    # Ray Train propagates this variable from the driver to its controller and workers.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
-    progress = Progress(run_dir, cfg.train.epochs, out)
-    progress.start()
-    try:
-        trainer.fit()
-    except Exception as err:  # Ray Train's TrainingFailedError and friends: the run used up its retries
-        progress.stop()
-        result = summarize(run_dir, "failed", started)
-        kept = (f"The newest checkpoint is kept in {run_dir}; run the same command again to resume from it"
-                if result["checkpoint"] else "No checkpoint was written; fix the cause and run again")
-        result["error"] = (f"training failed after {cfg.run.max_failures} allowed worker-group restarts: "
-                           f"{root_cause(err)}. {kept}. Full worker logs: Ray's session logs (logs/worker-*.err) "
-                           f"or the dashboard.")
-        runs.write_result(run_dir, result)
-        return Outcome(run_dir, result)
-    progress.stop()
-    result = summarize(run_dir, "succeeded", started)
-    runs.write_result(run_dir, result)
-    return Outcome(run_dir, result)
+def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
+    """What trainer.fit()'s failure means, in one paragraph: Ray Train gave up after its worker-group restarts, or
+    its controller failed (no restarts are counted for that)."""
+    from ray.train import ControllerError
+
+    starts = [e for e in runs.read_events(run_dir) if e.get("event") == "start"]
+    if isinstance(err, ControllerError):
+        what = "Ray Train's controller failed"
+    else:
+        what = (f"training failed after {max(len(starts) - 1, 0)} worker-group restart(s) "
+                f"({cfg.run.max_failures} allowed)")
+    return (f"{what}: {root_cause(err)}. Checkpoints written so far are kept in {run_dir}; fix the cause and run the "
+            f"same command again to resume. Full worker logs: Ray's session logs (logs/worker-*.err) or the "
+            f"dashboard.")
+
+
+class RayTrainer:
+    """Trains a run with Ray Train (see the module's doc)."""
+
+    def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout,
+                 in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
+                 per_worker: Optional[dict] = None):
+        """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
+        trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None)."""
+        self.cfg, self.address, self.out = cfg, address, out
+        self.in_submitted_job, self.callbacks = in_submitted_job, callbacks
+        self.owns_ray, self.per_worker = owns_ray, per_worker
+        self.embedded_ray = owns_ray and not address
+
+    def train(self, records: runs.Records) -> None:
+        """in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's
+        code. Raises LaunchError when the run failed (Ray Train used up its restarts)."""
+        from ray.train import ControllerError, TrainingFailedError
+
+        cfg, run_dir = self.cfg, records.run_dir
+        # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134) before
+        # the attempt can end cleanly. (Ray's processes inherit it: a crash there is still reported by Ray.)
+        os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+        if self.owns_ray:
+            connected = connect_for(cfg, self.address, self.in_submitted_job)
+            console.info("connected", f"{connected}; run directory {run_dir}", out=self.out, run_dir=str(run_dir))
+        per_worker = self.per_worker or size_workers(cfg, alive_node_resources())
+        trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
+                                on_cluster=self.address is not None)
+        shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
+        console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
+                     f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", out=self.out,
+                     num_workers=cfg.scaling.num_workers, per_worker=per_worker)
+        # Ray Train propagates this variable from the driver to its controller and workers.
+        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
+        progress = Progress(run_dir, cfg.train.epochs, self.out)
+        progress.start()
+        try:
+            trainer.fit()
+        except (TrainingFailedError, ControllerError) as err:  # Ray Train gave up; anything else is a bug
+            raise LaunchError(training_failed(err, cfg, run_dir)) from None
+        finally:
+            progress.stop()
+
+    def close(self) -> None:
+        if not self.owns_ray:
+            return
+        try:
+            import ray
+        except ImportError:
+            return
+        if ray.is_initialized():
+            ray.shutdown()

@@ -17,11 +17,15 @@ agree to well within ttl_s (NTP keeps them within milliseconds).
 
 A holder gives itself up first: one that has not renewed for 3/4 of ttl_s on its own monotonic clock (it was
 paused, or the storage hung) stops committing before anyone may take over. Every commit (config.yaml, metrics
-rows, result.json, checkpoints) first checks that lease.json still names its token (Lease.check on the driver,
-Fence.check on workers). The race that remains: a writer that passes the check and is then paused (SIGSTOP, a
+rows, result.json, checkpoints) first checks that lease.json still names its token (RunControl.check on the driver,
+WorkerControl.check on workers: raytrain.runcontrol). The race that remains: a writer that passes the check and is then paused (SIGSTOP, a
 VM freeze) between the check and its rename can still land one write after a takeover. It is bounded to that
 one in-flight write, and the new holder does not write before its preflight and Ray start (seconds) and drops
 rows past its restored checkpoint, so the stale row is overwritten rather than kept.
+
+The holder writes lease.json from two threads (the renewal, and the main thread's stop request): each write builds
+its record and replaces the file under one lock, so a slow renewal never overwrites a stop request with a record
+built before it. raytrain.runcontrol wraps the lease into the process's one run-control object.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from raytrain import files
 from raytrain.errors import RaytrainError
 
 LEASE_FILE = "lease.json"
@@ -96,16 +101,6 @@ def _holder(data: Optional[dict]) -> Optional[Holder]:
         return None
 
 
-def _write_replace(path: Path, data: dict) -> None:
-    # Unique temporary name: two hosts can share a pid (pid 1 in containers).
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(data))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def _create_exclusive(path: Path, data: dict) -> bool:
     """Create `path` holding `data` unless it exists, atomically, also on NFS: write a private file, link() it
     to the name. If the server did the link but its reply was lost, the client sees EEXIST: the private file's
@@ -153,36 +148,26 @@ def token_in(run_dir: Path) -> int:
     return pointer.token if pointer else 0
 
 
-def stop_requested(run_dir: Path, token: int) -> Optional[str]:
-    """For workers at a step boundary: why attempt `token` must end now (its driver asked it to stop, or a newer
-    attempt holds the run), or None. lease.json is the channel because every node reads it consistently."""
+def read_signal(run_dir: Path, token: int) -> Optional[tuple[int, Optional[str]]]:
+    """For workers at a step boundary, from lease.json (the channel every node reads consistently): (the newer
+    attempt's token, None) when a newer attempt holds the run, (0, the driver's stop reason) when attempt `token`
+    was asked to stop, else None. A takeover is never read as a stop request, nor the reverse."""
     data = _read_json(Path(run_dir) / LEASE_FILE) or {}
     current = data.get("token", 0)
-    if isinstance(current, int) and current > token:
-        return f"attempt {current} took the run over"
-    return data.get("stop") if current == token and data.get("stop") else None
+    if not isinstance(current, int) or isinstance(current, bool):
+        return None
+    if current > token:
+        return current, None
+    stop = data.get("stop")
+    return (0, str(stop)) if current == token and stop else None
 
 
-class Fence:
-    """What a worker checks before each commit: that its attempt still holds the run. Workers do not renew (the
-    driver does); they stop committing as soon as lease.json names a newer attempt."""
-
-    def __init__(self, run_dir: Path, token: int):
-        self.run_dir, self.token = Path(run_dir), int(token)
-
-    def check(self) -> None:
-        now_token = token_in(self.run_dir)
-        if now_token > self.token:
-            raise LeaseLost(f"attempt {self.token} lost run directory {self.run_dir} to attempt {now_token}; "
-                            f"it commits nothing more")
-
-
-class Lease(Fence):
+class Lease:
     """The driver's lease: acquired once, renewed by a thread, released at the end of the attempt."""
 
     def __init__(self, run_dir: Path, ttl_s: float = DEFAULT_TTL_S,
                  on_lost: Optional[Callable[[str], None]] = None):
-        super().__init__(run_dir, 0)
+        self.run_dir, self.token = Path(run_dir), 0
         self.ttl_s = float(ttl_s)
         self.on_lost = on_lost
         self.host, self.pid = socket.gethostname(), os.getpid()
@@ -190,6 +175,9 @@ class Lease(Fence):
         self.renewed_mono = 0.0  # monotonic time of the read that began the last successful renewal
         self.lost: Optional[str] = None
         self.stop_reason: Optional[str] = None
+        self.storage_error: Optional[str] = None  # the last OSError of a renewal (e.g. no space left on device)
+        # lease.json is written by the renewal thread and by request_stop/release: one record at a time.
+        self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -226,7 +214,7 @@ class Lease(Fence):
             if not _create_exclusive(self.run_dir / CLAIMS_DIR / f"{token}.json", record):
                 continue  # another contender got this number first: look again
             self.token, self.since, self.renewed_mono = token, now, claimed
-            _write_replace(self.run_dir / LEASE_FILE, record)
+            self._write(record)
             self._thread = threading.Thread(target=self._renew_loop, name="raytrain-lease", daemon=True)
             self._thread.start()
             return self
@@ -236,19 +224,30 @@ class Lease(Fence):
                                ttl_s=self.ttl_s, released=released))
         return {**record, "stop": self.stop_reason} if self.stop_reason else record
 
+    def _write(self, record: dict) -> None:
+        """Replace lease.json (durable: a takeover on another node must see it)."""
+        files.write_atomic(self.run_dir / LEASE_FILE, json.dumps(record), durable=True)
+
+    def _write_current(self, released: bool = False) -> None:
+        """Build this holder's record and write it, under the lock: a stop request set meanwhile is never lost."""
+        with self._write_lock:
+            self._write(self._record(self.token, self.since, time.time(), released))
+
     def request_stop(self, reason: str) -> None:
-        """Ask this attempt's workers to checkpoint at their next step boundary and end (stop_requested)."""
-        self.stop_reason = reason
+        """Ask this attempt's workers to checkpoint at their next step boundary and end (read_signal)."""
+        with self._write_lock:
+            self.stop_reason = reason
         self.check()
-        _write_replace(self.run_dir / LEASE_FILE, self._record(self.token, self.since, time.time()))
+        self._write_current()
 
     # -- holding
 
     def check(self) -> None:
         """Raise LeaseLost unless this attempt still holds the run (called before every commit)."""
         if self.lost is None and time.monotonic() - self.renewed_mono > self.ttl_s * SELF_EXPIRY:
-            silent = f"it could not renew its lease for {time.monotonic() - self.renewed_mono:.0f} s (paused, or " \
-                     f"the storage unreachable)"
+            cause = f"the storage failed: {self.storage_error}" if self.storage_error else \
+                "paused, or the storage unreachable"
+            silent = f"it could not renew its lease for {time.monotonic() - self.renewed_mono:.0f} s ({cause})"
             try:
                 newer = token_in(self.run_dir)
             except OSError:
@@ -258,10 +257,10 @@ class Lease(Fence):
                        f"attempt {self.token} gave up run directory {self.run_dir}: {silent}, so another attempt "
                        f"may take the run over")
         if self.lost is None:
-            try:
-                super().check()
-            except LeaseLost as err:
-                self._lose(str(err))
+            newer = token_in(self.run_dir)
+            if newer > self.token:
+                self._lose(f"attempt {self.token} lost run directory {self.run_dir} to attempt {newer}; it commits "
+                           f"nothing more")
         if self.lost is not None:
             raise LeaseLost(self.lost)
 
@@ -283,8 +282,9 @@ class Lease(Fence):
                 raise LeaseLost(self.lost)
         if time.monotonic() - began > self.ttl_s * SELF_EXPIRY / 2:
             return  # this renewal took too long to be trusted; check() decides at the next one
-        _write_replace(self.run_dir / LEASE_FILE, self._record(self.token, self.since, time.time()))
+        self._write_current()
         self.renewed_mono = began
+        self.storage_error = None
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / RENEWALS_PER_TTL):
@@ -292,13 +292,21 @@ class Lease(Fence):
                 self.renew()
             except LeaseLost:
                 return
-            except OSError:
-                continue  # storage hiccup: check() gives the lease up if it lasts
+            except OSError as err:  # storage hiccup: check() gives the lease up if it lasts, naming the error
+                self.storage_error = f"{err.strerror or err} ({err.filename or self.run_dir})"
+                continue
+
+    def stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def release(self) -> None:
-        """Let the next attempt start at once (only while this attempt still holds the run)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self.token and self.lost is None and token_in(self.run_dir) == self.token:
-            _write_replace(self.run_dir / LEASE_FILE, self._record(self.token, self.since, time.time(), True))
+        """Let the next attempt start at once (only while this attempt still holds the run). On storage that
+        refuses the write (full, read-only) the lease is left to expire: the next start takes over after the TTL."""
+        self.stop_renewing()
+        try:
+            if self.token and self.lost is None and token_in(self.run_dir) == self.token:
+                self._write_current(released=True)
+        except OSError:
+            pass

@@ -1,56 +1,84 @@
 """`raytrain local`: the same components and loop in one plain PyTorch process, no Ray.
 
 This is the "before Ray" baseline and the quickest way to debug a user's own model, data or loop: the loop gets a
-LocalSession with the same contract as on Ray Train (metrics rows, checkpoints in the run directory, resume), so
-the two differ only in what Ray adds (processes, sharding, DDP). It takes the run's lease as `raytrain run` does."""
+LocalSession with the same contract as on Ray Train (metrics rows, checkpoints in the run directory, resume, a
+graceful stop on SIGTERM or Ctrl-C at the next step), so the two differ only in what Ray adds (processes,
+sharding, DDP). It is an attempt like `raytrain run`'s (raytrain.attempt): the same lease, resume check and result.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import TextIO
 
-from raytrain import components, console, preflight, runs
+from raytrain import components, console, runs
 from raytrain import lease as leases
+from raytrain.attempt import STOP_GRACE_S, Attempt, Outcome
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
-from raytrain.launcher import Outcome, summarize
+from raytrain.runcontrol import AttemptEnded, Ending
+
+
+class LocalTrainer:
+    """Runs the config's loop with a LocalSession in this process."""
+
+    embedded_ray = False
+
+    def __init__(self, cfg: RunConfig, out: TextIO = sys.stdout):
+        self.cfg, self.out = cfg, out
+
+    def train(self, records: runs.Records) -> None:
+        from raytrain.loop import format_row
+        from raytrain.session import LocalSession
+
+        cfg = self.cfg
+        session = LocalSession(cfg, records.run_dir, os.cpu_count() or 1, control=records.control,
+                               on_row=lambda row: console.epoch(format_row(row, cfg.train.epochs), row, out=self.out))
+        if cfg.scaling.use_gpu and session.device.type != "cuda":
+            console.warning("scaling.use_gpu is true but torch sees no CUDA device here: training on the CPU",
+                            out=self.out)
+        console.info("training", f"local training {cfg.run.name} on {session.device}; run directory "
+                     f"{records.run_dir} (attempt {records.token})", out=self.out, run_dir=str(records.run_dir),
+                     attempt=records.token)
+        session.start()
+        try:
+            components.instantiate(cfg.loop, session)
+        except AttemptEnded as ended:
+            if ended.ending is Ending.STOPPED:
+                return  # checkpointed at this step; the attempt writes "stopped"
+            raise
+        except (LaunchError, OSError) as err:
+            if isinstance(err, OSError) and err.errno is not None and _on_storage(err, records):
+                raise LaunchError(f"writing run {cfg.run.name} failed: {err.strerror} ({err.filename}). Checkpoints "
+                                  f"committed so far are kept. Fix: free space on (or make writable) "
+                                  f"{cfg.run.storage_path}, then run the same command again to resume.") from None
+            if isinstance(err, LaunchError):
+                raise
+            raise LaunchError(_user_failure(err)) from None
+        except Exception as err:  # the model's, data's or loop's own code raised: one paragraph
+            raise LaunchError(_user_failure(err)) from None
+
+    def close(self) -> None:
+        pass
+
+
+def _on_storage(err: OSError, records: runs.Records) -> bool:
+    """An OSError of the run directory's storage (full, read-only), not of the user's own files."""
+    import errno
+
+    return err.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES) and str(records.run_dir) in str(
+        err.filename or records.run_dir)
+
+
+def _user_failure(err: BaseException) -> str:
+    return (f"training failed: {err.__class__.__name__}: {' '.join(str(err).split())}"
+            f"{components.innermost_site(err)}. Checkpoints written so far are kept; fix the cause and run the same "
+            f"command again to resume.")
 
 
 def train_local(cfg: RunConfig, out: TextIO = sys.stdout, *, wait_for_lease: bool = False,
-                lease_ttl_s: float = leases.DEFAULT_TTL_S) -> Outcome:
-    """Train in this process. It holds the run's lease like `raytrain run` (raytrain.lease), so a local run and
-    a cluster attempt of the same run directory never write it at once."""
-    from raytrain.loop import format_row
-    from raytrain.session import LocalSession
-
-    started = time.time()
-    lease = preflight.take_lease(cfg, lease_ttl_s, wait=wait_for_lease,
-                                 notify=lambda message: console.info("attempt", message, out=out))
-    run_dir = lease.run_dir
-    runs.fence_writes(run_dir, lease)  # every commit below checks that this process still holds the run
-    try:
-        preflight.start_run(cfg, lambda directory, error: summarize(directory, "failed", started, error),
-                            before_config=lambda directory: preflight.check_resume(cfg, directory))
-        session = LocalSession(cfg, run_dir, os.cpu_count() or 1,
-                               on_row=lambda row: console.epoch(format_row(row, cfg.train.epochs), row, out=out))
-        console.info("training", f"local training {cfg.run.name} on {session.device}; run directory {run_dir} "
-                     f"(attempt {lease.token})", out=out, run_dir=str(run_dir), attempt=lease.token)
-        try:
-            components.instantiate(cfg.loop, session)
-        except leases.LeaseLost:
-            raise
-        except Exception as err:  # the model's, data's or loop's own code raised: one paragraph, the result recorded
-            message = (f"training failed: {err.__class__.__name__}: {' '.join(str(err).split())}"
-                       f"{components.innermost_site(err)}. Checkpoints written so far are kept; fix the cause and "
-                       f"run the same command again to resume.")
-            runs.write_result(run_dir, summarize(run_dir, "failed", started, message))
-            raise LaunchError(message) from None
-        result = summarize(run_dir, "succeeded", started)
-        runs.write_result(run_dir, result)
-        return Outcome(run_dir, result)
-    finally:
-        if lease.lost is None:
-            runs.fence_writes(run_dir, None)
-            lease.release()
+                lease_ttl_s: float = leases.DEFAULT_TTL_S, stop_grace_s: float = STOP_GRACE_S) -> Outcome:
+    """Train in this process, as one attempt of the run (see the module's doc)."""
+    return Attempt(cfg, wait_for_lease=wait_for_lease, lease_ttl_s=lease_ttl_s, stop_grace_s=stop_grace_s,
+                   out=out).run(LocalTrainer(cfg, out))

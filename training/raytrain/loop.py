@@ -1,6 +1,10 @@
 """The built-in training loop (`loop._component_: raytrain.loop.train_loop`, the default), written against the same
-public `raytrain.Session` API a user's own loop gets: it builds the config's model, optimizer and loss, restores,
-trains an epoch, evaluates, and reports. It reads no argv and no environment. torch is imported when it runs.
+public `raytrain.Session` API a user's own loop gets: it builds the config's model, optimizer, LR scheduler and
+loss, restores, trains an epoch (with gradient accumulation), evaluates, and reports. It reads no argv and no
+environment. torch is imported when it runs.
+
+The loss is summed on the device and read once per epoch (and once per `run.log_every_steps` steps when asked):
+no host sync per step. What a resume may change is declared on train_loop (raytrain.resume).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from raytrain.config import RunConfig
 from raytrain.session import Session
@@ -26,17 +30,28 @@ def train_loop(session: Session) -> None:
     cfg = session.config
     model = session.prepare_model(session.build_model())
     optimizer = build_optimizer(cfg, model)
+    scheduler = build_scheduler(cfg, optimizer)
     # This worker's running sums of the epoch: a mid-epoch checkpoint saves them (rank 0's), so that the epoch's one
     # row counts the steps trained before a resume too.
     running = EpochStats()
-    start_epoch = session.restore(model, optimizer, epoch_stats=running)
+    stateful = {"epoch_stats": running, **({"scheduler": scheduler} if scheduler is not None else {})}
+    start_epoch = session.restore(model, optimizer, **stateful)
     loss_fn = session.loss_fn
     amp_dtype = autocast_dtype(cfg, session.device)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    per_step = scheduler if cfg.scheduler_interval == "step" else None
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         began = time.perf_counter()
+        log = None
+        if cfg.run.log_every_steps:
+            def log(step: int, loss: "torch.Tensor", epoch: int = epoch) -> None:
+                if step % cfg.run.log_every_steps == 0:
+                    session.log_step(epoch, step, {"train_loss": loss, "lr": optimizer.param_groups[0]["lr"]})
         train_epoch(model, session.batches("train", epoch), optimizer, loss_fn, grad_clip=cfg.train.grad_clip,
-                    amp_dtype=amp_dtype, scaler=scaler, stats=running)
+                    amp_dtype=amp_dtype, scaler=scaler, stats=running, accum_steps=cfg.train.grad_accum_steps,
+                    scheduler=per_step, on_step=log)
+        if scheduler is not None and per_step is None:
+            scheduler.step()
         seconds = time.perf_counter() - began
         train = EpochStats(*session.all_reduce(running.as_list()))
         running.reset()  # before report: an epoch-end checkpoint starts the next epoch from zero
@@ -47,7 +62,17 @@ def train_loop(session: Session) -> None:
             val = EpochStats(*session.all_reduce(val.as_list()))
         row = metrics_row(train, val, seconds, cfg.classification)
         row["peak_rss_mb"] = peak_rss_mb(session)  # memory stays bounded while data streams through
-        session.report(epoch, row, model=model, optimizer=optimizer)
+        if scheduler is not None:
+            row["lr"] = optimizer.param_groups[0]["lr"]
+        session.report(epoch, row, model=model, optimizer=optimizer, **stateful)
+
+
+# What the built-in loop needs from the run config, and what a resume may change (raytrain.resume): the model's
+# shape and the optimizer's and scheduler's kind are fixed for the life of a run; the optimizer's settings are
+# set into the restored optimizer when the config changes them.
+train_loop.requires = ("model", "data")
+train_loop.fixed_on_resume = ("model", "train.optimizer", "train.optimizer._component_", "train.scheduler.*")
+train_loop.applied_on_resume = ("train.lr", "train.weight_decay", "train.momentum", "train.optimizer.*")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -55,13 +80,26 @@ def train_loop(session: Session) -> None:
 
 
 def build_optimizer(cfg: RunConfig, model: "nn.Module") -> "torch.optim.Optimizer":
+    """train.optimizer: a component (its class with its checked keyword arguments), or a built-in name with
+    train.lr, weight_decay and momentum."""
     import torch
 
+    from raytrain import components
+
+    if cfg.optimizer is not None:
+        return components.instantiate(cfg.optimizer, model.parameters())
     t = cfg.train
     if t.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay)
     optimizer_cls = torch.optim.Adam if t.optimizer == "adam" else torch.optim.AdamW
     return optimizer_cls(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+
+
+def build_scheduler(cfg: RunConfig, optimizer: "torch.optim.Optimizer") -> Optional[Any]:
+    """train.scheduler's component around the optimizer, or None."""
+    from raytrain import components
+
+    return components.instantiate(cfg.scheduler, optimizer) if cfg.scheduler is not None else None
 
 
 def autocast_dtype(cfg: RunConfig, device: "torch.device") -> Optional["torch.dtype"]:
@@ -74,19 +112,20 @@ def autocast_dtype(cfg: RunConfig, device: "torch.device") -> Optional["torch.dt
 
 @dataclass
 class EpochStats:
-    loss_sum: float = 0.0
+    # loss_sum may be a tensor on the device while an epoch runs (summed without a host sync); read as a float.
+    loss_sum: Any = 0.0
     correct: float = 0.0
     samples: float = 0.0
 
     def as_list(self) -> list[float]:
-        return [self.loss_sum, self.correct, self.samples]
+        return [float(self.loss_sum), float(self.correct), float(self.samples)]
 
     def reset(self) -> None:
         self.loss_sum = self.correct = self.samples = 0.0
 
     # A stateful object for session.restore()/report(): saved in checkpoints, mid-epoch ones included.
     def state_dict(self) -> dict:
-        return {"loss_sum": self.loss_sum, "correct": self.correct, "samples": self.samples}
+        return {"loss_sum": float(self.loss_sum), "correct": float(self.correct), "samples": float(self.samples)}
 
     def load_state_dict(self, state: dict) -> None:
         self.loss_sum, self.correct, self.samples = state["loss_sum"], state["correct"], state["samples"]
@@ -103,33 +142,61 @@ def train_epoch(
     amp_dtype: Optional["torch.dtype"] = None,
     scaler: Optional["torch.amp.GradScaler"] = None,
     stats: Optional[EpochStats] = None,
+    accum_steps: int = 1,
+    scheduler: Any = None,
+    on_step: Optional[Callable[[int, "torch.Tensor"], None]] = None,
 ) -> EpochStats:
-    """One pass over `batches`, summed into `stats` (a new EpochStats if None), which it returns."""
-    from torch import nn
-
+    """One pass over `batches` (micro-batches: an optimizer step every `accum_steps` of them, the gradients of each
+    averaged as one batch), summed into `stats` (a new EpochStats if None), which it returns. scheduler: stepped
+    after every optimizer step. on_step(step, loss of its last micro-batch): after every optimizer step."""
     model.train()
     stats = stats if stats is not None else EpochStats()
-    for step, (x, y) in enumerate(batches, start=1):
-        optimizer.zero_grad(set_to_none=True)
+    step = micro = 0
+    for x, y in batches:
+        micro += 1
+        boundary = micro % accum_steps == 0
+        if micro % accum_steps == 1 or accum_steps == 1:
+            optimizer.zero_grad(set_to_none=True)
+        # Every micro-batch's backward all-reduces under DDP (no_sync would save that, but an epoch's last step
+        # may have fewer micro-batches, and its gradients must still be shared).
         with _autocast(x.device, amp_dtype):
             loss = loss_fn(model(x), y)
+        scaled = loss / accum_steps if accum_steps > 1 else loss
         if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
+            scaler.scale(scaled).backward()
         else:
-            loss.backward()
-        if grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        stats.loss_sum += loss.item() * len(y)
+            scaled.backward()
+        stats.loss_sum = stats.loss_sum + loss.detach() * len(y)  # stays on the device: no host sync per step
         stats.samples += len(y)
+        if not boundary:
+            continue
+        step += 1
+        _optimizer_step(model, optimizer, grad_clip, scaler, scheduler)
+        if on_step is not None:
+            on_step(step, loss.detach())
         if max_steps and step >= max_steps:
             break
+    else:
+        if micro % accum_steps:  # the epoch's last step had fewer micro-batches: its gradients still count
+            _optimizer_step(model, optimizer, grad_clip, scaler, scheduler)
     return stats
+
+
+def _optimizer_step(model: "nn.Module", optimizer: "torch.optim.Optimizer", grad_clip: float,
+                    scaler: Optional["torch.amp.GradScaler"], scheduler: Any) -> None:
+    from torch import nn
+
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if grad_clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
 
 
 def evaluate(model: "nn.Module", batches: Iterable, loss_fn: Callable, classification: bool,

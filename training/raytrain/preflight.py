@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-from raytrain import components, console, resume, runs, workdir
+from raytrain import checkpoints, components, console, resume, runs, workdir
 from raytrain.config import RunConfig, dump_yaml
 from raytrain.data import DataUnavailable, data_context
 from raytrain.errors import ConfigError, LaunchError
-from raytrain.lease import Lease
+from raytrain.runcontrol import RunControl
 from raytrain.storage import check_storage
 
 # Never shipped with the user's code: version control, environments, caches and run output.
@@ -25,8 +25,10 @@ def check_model_builds(cfg: RunConfig) -> None:
     fails here, naming the model section, instead of in every worker after Ray Train's restarts."""
     import torch
 
-    from raytrain.session import build_model
+    from raytrain.build import build_model
 
+    if cfg.model is None:  # a loop that builds its own model: nothing to check here
+        return
     try:
         with torch.device("meta"):
             build_model(cfg)
@@ -43,33 +45,53 @@ def check_model_builds(cfg: RunConfig) -> None:
 
 
 def take_lease(cfg: RunConfig, ttl_s: float, *, wait: bool, notify: Callable[[str], None],
-               on_lost: Optional[Callable[[str], None]] = None) -> Lease:
+               on_lost: Optional[Callable[[str], None]] = None) -> RunControl:
     """The first thing a start (`raytrain run`'s attempt, `raytrain local`) does: check the storage, then hold the
-    run directory's lease (raytrain.lease) before anything in it is read or written."""
+    run directory's lease in the process's run control (raytrain.runcontrol) before anything in it is read or
+    written."""
     check_storage(cfg.run.storage_path, cfg.run.name)
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
     run_dir.mkdir(parents=True, exist_ok=True)
-    return Lease(run_dir, ttl_s, on_lost=on_lost).acquire(wait=wait, notify=notify)
+    return RunControl.acquire(run_dir, ttl_s, wait=wait, notify=notify, on_lost=on_lost)
 
 
-def check_resume(cfg: RunConfig, run_dir: Path) -> resume.ResumePlan:
-    """What this start resumes from, decided before Ray starts: a change a resume cannot take (the model's shape,
-    the optimizer) is refused with one paragraph (ResumeRefused); optimizer settings it can take are announced
-    (the session sets them into the restored optimizer); checkpoints that exist but none of which loads refuse
-    the start. Torn checkpoint directories are deleted (only while holding the run's lease: take_lease). What it
-    skips or removes is said on the console and recorded in events.jsonl."""
+def check_resume(cfg: RunConfig, records: runs.Records) -> resume.ResumePlan:
+    """What this start resumes from, decided before Ray starts: a change the loop declares fixed (the model's
+    shape, the optimizer) is refused with one paragraph (ResumeRefused); settings the loop hands to raytrain are
+    announced (the session sets them into the restored optimizer); checkpoints that exist but none of which loads
+    refuse the start. Staging directories never committed are deleted (only while holding the run's lease). What
+    it skips or removes is said on the console and recorded in events.jsonl, and so are metrics rows that the
+    restored position says should exist but are gone."""
+    run_dir = records.run_dir
 
     def warn(message: str) -> None:
         console.warning(message)
-        runs.append_event(run_dir, "warning", message=message)
+        records.append_event("warning", message=message)
 
-    plan = resume.plan(run_dir, cfg.to_dict(), warn)
+    checkpointer = checkpoints.FileCheckpointer(run_dir, records.control, keep=cfg.run.keep_checkpoints)
+    plan = resume.plan(run_dir, cfg.to_dict(), warn, resume.rules_of(cfg.loop.target), checkpointer)
+    lost = resume.missing_rows(run_dir, plan.epoch) if plan.checkpoint is not None else []
+    if lost:
+        warn(f"{run_dir / runs.METRICS_FILE} lacks the rows of epoch(s) {_ranges(lost)}, which the checkpoint "
+             f"{plan.checkpoint.name} says were trained: the file was truncated or deleted. Training resumes after "
+             f"epoch {plan.epoch}; those rows are not recovered (the checkpoint holds no metrics).")
     # Rows past the checkpoint this start resumes from will be trained again (all of them when it starts over).
-    runs.truncate_metrics(run_dir, plan.epoch)
+    records.truncate_metrics(plan.epoch, plan.step)
     for key, (old, new) in plan.applied.items():
         console.info("resume_applies", f"resume applies {key}={new} (the checkpoint trained with {old})",
                      key=key, checkpoint_value=old, value=new)
     return plan
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _kwargs(kwargs: dict) -> str:
@@ -77,28 +99,23 @@ def _kwargs(kwargs: dict) -> str:
     return text if len(text) < 200 else text[:197] + "..."
 
 
-def start_run(cfg: RunConfig, failure_record: Callable[[Path, str], dict],
-              before_config: Optional[Callable[[Path], None]] = None) -> Path:
-    """The start `raytrain run`, `local` and `tune` share, in this order: the model builds (before anything is
-    written), the run directory, `before_config` (local's resume check), the resolved config.yaml, then the data
-    prepared once; missing data records `failure_record(run_dir, message)` as result.json. Returns the run dir."""
+def start_run(cfg: RunConfig, records: runs.Records, failure_record: Callable[[Path, str], dict]) -> None:
+    """The start every run shares after its lease and resume check, in this order: the model builds (before
+    anything more is written), the resolved config.yaml, then the data prepared once; missing data records
+    `failure_record(run_dir, message)` as result.json."""
     check_model_builds(cfg)
-    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    if before_config is not None:
-        before_config(run_dir)
-    runs.write_config(run_dir, dump_yaml(cfg))
+    records.write_config(dump_yaml(cfg))
     try:
         prepare_data(cfg)
     except LaunchError as err:
-        runs.write_result(run_dir, failure_record(run_dir, str(err)))
+        records.write_result(failure_record(records.run_dir, str(err)))
         raise
-    return run_dir
 
 
 def prepare_data(cfg: RunConfig) -> None:
     """The data source's prepare hook, once, in the driver (downloads under a file lock): missing data fails here
     with the message saying how to provide it."""
-    from raytrain.session import data_source
+    from raytrain.build import data_source
 
     source = data_source(cfg)
     if source is None:
@@ -111,9 +128,9 @@ def prepare_data(cfg: RunConfig) -> None:
 
 def driver_datasets(cfg: RunConfig) -> Optional[dict]:
     """For `data.loader: ray`: the Ray Datasets, built in the driver and sharded by Ray Train."""
-    if cfg.data.loader != "ray":
+    if cfg.data is None or cfg.data.loader != "ray":
         return None
-    from raytrain.session import call_data_component
+    from raytrain.build import call_data_component
 
     try:
         return call_data_component(cfg, data_context(cfg))
@@ -126,7 +143,7 @@ def user_code_dir(cfg: RunConfig) -> Optional[Path]:
     directory = workdir.current()
     if directory is None:
         return None
-    for component in (cfg.model, cfg.data.component, cfg.loop, cfg.loss):
+    for component in cfg.components():
         module = components.module_file(component.path)
         if module is not None and directory in module.parents:
             return directory

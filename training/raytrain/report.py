@@ -83,7 +83,7 @@ def load_run(run_dir: Path, name: Optional[str] = None) -> RunData:
         result = None  # being rewritten: read as still running
     return RunData(name=name or run_dir.name, run_dir=run_dir, rows=runs.read_metrics(run_dir),
                    events=runs.read_events(run_dir), result=result, config=_read_config(run_dir),
-                   checkpoints=checkpoints.candidates(run_dir))
+                   checkpoints=checkpoints.committed(run_dir))
 
 
 def load_runs(paths: list[Path]) -> list[RunData]:

@@ -1,13 +1,13 @@
 """The layout of one run, STORAGE/NAME/: config.yaml (resolved config), metrics.jsonl (one row per epoch),
-events.jsonl (starts and resumes), result.json (the outcome), checkpoint_* (written through Ray Train).
+steps.jsonl (per-step rows, when run.log_every_steps asks), events.jsonl (starts, resumes, warnings), result.json
+(the outcome) and results.jsonl (every attempt's), checkpoint_* (raytrain.checkpoints).
 
-Rows and results are written so that a reader never sees half a file: result.json by rename, metrics rows as
-whole lines, and on resume the rows past the restored epoch are dropped (they will be trained again).
+Rows and results are written so that a reader never sees half a file: result.json by rename, rows as whole
+lines, and on resume the rows past the restored position are dropped (they will be trained again).
 
-One attempt writes a run at a time (raytrain.lease): a process that holds or works for an attempt registers its
-fence with fence_writes(), and every commit below checks it first, so an attempt whose lease was taken over
-commits nothing. results.jsonl keeps every attempt's result; result.json is the latest one's. (Each attempt's
-driver console lines are kept beside the run by raytrain.console.)"""
+One attempt writes a run at a time (raytrain.lease). Writes go through `Records`, made with the process's run
+control (raytrain.runcontrol): every commit first passes its fence, so an attempt whose lease was taken over, or
+that is over, commits nothing. Reading needs no control: the module's read_* functions."""
 
 from __future__ import annotations
 
@@ -16,66 +16,92 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 from raytrain import console, files
+from raytrain.runcontrol import UNFENCED, Control
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
+STEPS_FILE = "steps.jsonl"
 EVENTS_FILE = "events.jsonl"
 RESULT_FILE = "result.json"
 RESULTS_HISTORY_FILE = "results.jsonl"
-
-
-class Fence(Protocol):
-    token: int
-
-    def check(self) -> None:
-        """Raise (raytrain.lease.LeaseLost) if this process's attempt no longer holds the run."""
-
-
-_fences: dict[Path, Fence] = {}
-
-
-def fence_writes(run_dir: Path, fence: Optional[Fence]) -> None:
-    """From now on, commits to run_dir by this process first pass fence.check() (None: stop checking)."""
-    key = Path(run_dir).absolute()
-    if fence is None:
-        _fences.pop(key, None)
-    else:
-        _fences[key] = fence
-
-
-def check_fence(run_dir: Path) -> Optional[int]:
-    """Just before a commit: raise if this process's attempt lost the run; its token (None when unfenced)."""
-    fence = _fences.get(Path(run_dir).absolute())
-    if fence is None:
-        return None
-    fence.check()
-    return fence.token
 
 
 def run_dir_of(storage_path: str, name: str) -> Path:
     return Path(storage_path).expanduser().absolute() / name
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """A run record written whole (files.write_atomic), the run's fence checked at the last moment before the rename
-    (raytrain.lease says what race remains)."""
-    files.write_atomic(path, text, before_replace=lambda: check_fence(path.parent))
+class Records:
+    """The writer of one run directory's records, every commit fenced by `control` (UNFENCED: no lease held)."""
+
+    def __init__(self, run_dir: Path, control: Control = UNFENCED):
+        self.run_dir, self.control = Path(run_dir), control
+
+    @property
+    def token(self) -> Optional[int]:
+        return self.control.token
+
+    def check(self) -> None:
+        """Just before a commit: raise AttemptEnded if this process may no longer write the run."""
+        self.control.check()
+
+    def write_atomic(self, path: Path, text: str) -> None:
+        """A run record written whole (files.write_atomic), the fence checked at the last moment before the rename
+        (raytrain.lease says what race remains)."""
+        files.write_atomic(path, text, before_replace=self.check)
+
+    def write_config(self, config_yaml: str) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.write_atomic(self.run_dir / CONFIG_FILE, config_yaml)
+
+    def _append_line(self, name: str, row: dict) -> None:
+        self.check()
+        with open(self.run_dir / name, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _stamped(self, row: dict) -> dict:
+        return row if self.token is None else {**row, "attempt": self.token}
+
+    def append_metrics(self, row: dict) -> None:
+        self._append_line(METRICS_FILE, self._stamped(row))
+
+    def append_step(self, row: dict) -> None:
+        self._append_line(STEPS_FILE, self._stamped(row))
+
+    def append_event(self, event: str, **fields: Any) -> None:
+        self._append_line(EVENTS_FILE, {"event": event, "time": time.time(), **fields})
+
+    def truncate_metrics(self, last_epoch: int, step: int = 0) -> None:
+        """Keep the epoch rows of epochs <= last_epoch and the step rows up to (last_epoch + 1, step): later ones
+        are about to be trained again."""
+        path = self.run_dir / METRICS_FILE
+        if path.exists():
+            kept = [row for row in read_metrics(self.run_dir) if row["epoch"] <= last_epoch]
+            self.write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
+        steps = self.run_dir / STEPS_FILE
+        if steps.exists():
+            kept = [row for row in read_jsonl(steps) if _before(row, last_epoch, step)]
+            self.write_atomic(steps, "".join(json.dumps(row) + "\n" for row in kept))
+
+    def write_result(self, result: dict) -> None:
+        """result.json is this attempt's outcome; results.jsonl keeps every attempt's, so a failed attempt never
+        erases the record of one that trained."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        result = self._stamped(result)
+        self.write_atomic(self.run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        self._append_line(RESULTS_HISTORY_FILE, {"time": time.time(), **result})
 
 
-def write_config(run_dir: Path, config_yaml: str) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(run_dir / CONFIG_FILE, config_yaml)
-
-
-def _append_line(path: Path, row: dict) -> None:
-    check_fence(path.parent)
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(row) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+def _before(row: dict, last_epoch: int, step: int) -> bool:
+    """A step row of (epoch, step) trained at or before the position (last completed epoch, steps into the next)."""
+    epoch, at = row.get("epoch"), row.get("step")
+    if not isinstance(epoch, int) or not isinstance(at, int):
+        return False
+    return epoch <= last_epoch or (epoch == last_epoch + 1 and at <= step)
 
 
 def _warn_stderr(message: str) -> None:
@@ -115,11 +141,6 @@ def read_jsonl(path: Path, warn: Optional[Callable[[str], None]] = None) -> list
     return rows
 
 
-def append_metrics(run_dir: Path, row: dict) -> None:
-    token = check_fence(run_dir)
-    _append_line(run_dir / METRICS_FILE, row if token is None else {**row, "attempt": token})
-
-
 def read_metrics(run_dir: Path) -> list[dict]:
     """The per-epoch rows; one without an integer epoch is skipped with a warning, like a damaged line."""
     rows = []
@@ -134,33 +155,12 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return rows
 
 
-def truncate_metrics(run_dir: Path, last_epoch: int) -> None:
-    """Keep the rows of epochs <= last_epoch: later ones are about to be trained again."""
-    path = run_dir / METRICS_FILE
-    if path.exists():
-        kept = [row for row in read_metrics(run_dir) if row["epoch"] <= last_epoch]
-        write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
-
-
-
-
-def append_event(run_dir: Path, event: str, **fields: Any) -> None:
-    _append_line(run_dir / EVENTS_FILE, {"event": event, "time": time.time(), **fields})
+def read_steps(run_dir: Path) -> list[dict]:
+    return read_jsonl(run_dir / STEPS_FILE)
 
 
 def read_events(run_dir: Path) -> list[dict]:
     return read_jsonl(run_dir / EVENTS_FILE)
-
-
-def write_result(run_dir: Path, result: dict) -> None:
-    """result.json is this attempt's outcome; results.jsonl keeps every attempt's, so a failed attempt never
-    erases the record of one that trained."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    token = check_fence(run_dir)
-    if token is not None:
-        result = {**result, "attempt": token}
-    write_atomic(run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
-    _append_line(run_dir / RESULTS_HISTORY_FILE, {"time": time.time(), **result})
 
 
 def read_result(run_dir: Path) -> Optional[dict]:

@@ -6,82 +6,93 @@ leaves the run contract to the session:
 
     def train_func(session, warmup_epochs: int = 0):
         model = session.prepare_model(MyNet())                  # DDP on Ray Train; .to(device) locally
-        optimizer = torch.optim.SGD(model.parameters(), lr=session.config.train.lr)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         start = session.restore(model, optimizer)               # first epoch to train: 1, or after the newest
         for epoch in range(start, session.config.train.epochs + 1):   # checkpoint that loads
             for x, y in session.batches("train", epoch):        # this worker's shard, global batch split
                 ...
             session.report(epoch, {"train_loss": loss}, model=model, optimizer=optimizer)
 
+The session is made of three parts, one concern each:
+- the data feed (raytrain.datafeed): sharded batches, a per-epoch shuffle, a mid-epoch resume that starts the
+  sampler at the next batch, bounded loader caches;
+- the checkpointer (raytrain.checkpoints): save at a position, commit atomically and fenced, newest complete, load,
+  prune;
+- the step control (raytrain.stepcontrol): at step boundaries, the synced decision to checkpoint mid-epoch, or to
+  end the attempt (a stop request, a lost lease: raytrain.runcontrol) or the worker group (a draining node).
+The entry (Ray Train's worker function, or `raytrain local`) calls `start()` before the loop: step boundaries,
+graceful stops and drains work whether or not the loop ever restores.
+
 `report` is called by every worker once per epoch: rank 0 appends the metrics row (each epoch once, also across
-resumes) and, when the epoch is due (`run.checkpoint_every`, and the last epoch), every worker joins the checkpoint:
-rank 0 writes state.pt + meta.json (sha256) atomically. `restore` loads the newest checkpoint that loads (a damaged
-one is skipped with a warning), sets this run's train.lr/weight_decay/momentum into the restored optimizer (the
-driver refused, before Ray started, a resume that changes the model: raytrain.resume) and drops metrics rows past
-it. Extra objects with state_dict()/load_state_dict() (an LR scheduler, a GradScaler, the epoch's running sums) are
-saved and restored by keyword: `restore(..., scheduler=s)`, `report(..., scheduler=s)`. Rank-0 work is named:
+resumes) and, when the epoch is due (`run.checkpoint_every`, and the last epoch), saves a checkpoint. `restore`
+loads the newest checkpoint that loads (a damaged one is skipped with a warning; on Ray Train rank 0 reads it once
+and hands it to the others), drops metrics rows past it, and applies to the restored optimizer the settings the
+loop declared (`applied_on_resume`, raytrain.resume): the built-in loop declares train.lr and friends; a loop that
+declares nothing keeps its optimizer's own hyperparameters. Extra objects with state_dict()/load_state_dict() (an
+LR scheduler, a GradScaler, running sums) are saved and restored by keyword. Rank-0 work is named:
 `session.is_rank_zero`.
 
-Step boundaries: the iterator of `batches("train", epoch)` sees one each time the loop asks for the next batch (the
-step before it is done). There the session takes mid-epoch checkpoints (`run.checkpoint_every_steps`,
-`run.checkpoint_every_s`) of the objects given to restore(), and ends the attempt gracefully when its driver got
-SIGTERM or Ctrl-C (checkpoint, then StopTraining, which the worker's entry catches): raytrain.preemption decides,
-the same step on every worker. A resume from a mid-epoch checkpoint starts at the exact next batch: that epoch's
-iterator skips the batches already trained (the sampler's order comes from the seed and the epoch; with Ray Data
-ingest the same number of batches is skipped, not necessarily the same samples). The iterator also stops the epoch
-at `train.max_steps_per_epoch`. A loop that does not iterate `session.batches("train", epoch)` gets epoch
-checkpoints only, and a stop request ends it at its next report.
+Step boundaries: the iterator of `batches("train", epoch)` sees one each time the loop asks for the next optimizer
+step's batch (with train.grad_accum_steps > 1, after every that many micro-batches). A loop that does not iterate
+`session.batches("train", epoch)` gets epoch checkpoints only, and a stop request ends it at its next report.
+Whatever must end the attempt raises raytrain.runcontrol.AttemptEnded out of batches() or report().
 
-Every commit (metrics row, event, checkpoint) first checks the run's fence (raytrain.runs.fence_writes): a worker of
-an attempt whose lease was taken over commits nothing.
-
-torch is imported when a session is made, not when this module is imported.
+Every commit (metrics row, event, checkpoint) first passes the run's fence (the session's run control): a worker of
+an attempt whose lease was taken over commits nothing. torch is imported when a session is made.
 """
 
 from __future__ import annotations
 
 import math
-import tempfile
 import time
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from raytrain import checkpoints, components, runs
+from raytrain import build, checkpoints, components, resume, runs
+from raytrain.checkpoints import Position
 from raytrain.config import RunConfig, config_from_dict
-from raytrain.data import DataContext, DataSource, data_context
-from raytrain.errors import ConfigError
-from raytrain.resume import apply_optimizer_settings, optimizer_changes
+from raytrain.data import DataContext, data_context
+from raytrain.datafeed import DataFeed, to_device
+from raytrain.errors import RaytrainError
+from raytrain.runcontrol import UNFENCED, AttemptEnded, Control, Ending, WorkerControl
 from raytrain.telemetry import RunTelemetry
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
+# Kept as names of this module: the builders moved to raytrain.build.
+build_model, build_loss, unwrap = build.build_model, build.build_loss, build.unwrap
+
 
 class Session(ABC):
     """The run contract around a training loop. Subclasses: RayTrainSession (a Ray Train worker), LocalSession."""
 
-    def __init__(self, config: RunConfig, run_dir: Path):
+    rank: int = 0
+    world_size: int = 1
+    local_batch_size: int  # this worker's share of the global batch per optimizer step
+
+    def __init__(self, config: RunConfig, run_dir: Path, control: Control = UNFENCED):
         self.config = config
         self.run_dir = Path(run_dir)
+        self.control = control
+        self.records = runs.Records(self.run_dir, control)
+        self.checkpointer = checkpoints.FileCheckpointer(self.run_dir, control, keep=config.run.keep_checkpoints)
         self.resumed_from_epoch: Optional[int] = None
+        self._resume_step = 0
         self._datasets: Optional[dict] = None
-        self._loaders: dict[Any, Any] = {}
+        self._feed: Optional[DataFeed] = None
         # This worker's own training samples (from batches("train")) and time since the last report: telemetry.
         self._epoch_samples = 0
         self._epoch_began = time.perf_counter()
-        # What restore() was given (saved by mid-epoch checkpoints) and where the newest checkpoint left an epoch.
+        # What restore() or report() was given: what a mid-epoch checkpoint saves.
         self._tracked: Optional[tuple[Any, Any, dict]] = None
-        self._resume_step = 0
-        self._boundary: Any = None  # raytrain.preemption.StepBoundary, made by restore()
+        self._steps: Any = None  # raytrain.stepcontrol.StepControl, made by start()
+        self._announced = False
 
     # ------------------------------------------------------------------------------------------ who and where
-
-    rank: int = 0
-    world_size: int = 1
 
     @property
     def is_rank_zero(self) -> bool:
@@ -91,11 +102,34 @@ class Session(ABC):
     @abstractmethod
     def device(self) -> "torch.device": ...
 
+    def start(self) -> None:
+        """Called by the entry before the loop runs: from here on the loop's training batches have step boundaries
+        (mid-epoch checkpoints, graceful stops, drains), whether or not it calls restore()."""
+        from raytrain.stepcontrol import StepControl
+
+        if self._steps is None:
+            self._steps = StepControl(self.control, every_steps=self.config.run.checkpoint_every_steps,
+                                      every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
+                                      device=self.device, node_draining=self._node_draining)
+
+    def _announce(self) -> None:
+        """Record this worker group's start once (rank 0): at restore(), or at the first batch or report of a loop
+        that never restores."""
+        if self._announced:
+            return
+        self._announced = True
+        start = (self.resumed_from_epoch or 0) + 1
+        if self.is_rank_zero:
+            self.records.append_event("start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
+                                      resumed_at_step=self._resume_step, world_size=self.world_size)
+        self._started(start)
+        self._epoch_samples, self._epoch_began = 0, time.perf_counter()
+
     # ------------------------------------------------------------------------------------------ model and data
 
     def build_model(self) -> "nn.Module":
         """The config's model component, built as a plain module (not yet on the device or wrapped)."""
-        return build_model(self.config)
+        return build.build_model(self.config)
 
     @abstractmethod
     def prepare_model(self, model: "nn.Module") -> "nn.Module":
@@ -103,7 +137,7 @@ class Session(ABC):
 
     @property
     def loss_fn(self) -> Callable:
-        return build_loss(self.config)
+        return build.build_loss(self.config)
 
     def datasets(self) -> dict:
         """The data component's {"train": ..., "val": ...} for this worker (map-style datasets; Ray Data shards on
@@ -113,89 +147,88 @@ class Session(ABC):
         return self._datasets
 
     def _load_datasets(self) -> dict:
-        return call_data_component(self.config, data_context(self.config))
+        if self.config.data is None:
+            return build.call_data_component(self.config, None)  # says the config has no data section
+        return build.call_data_component(self.config, data_context(self.config))
+
+    @property
+    def feed(self) -> DataFeed:
+        if self._feed is None:
+            self._feed = DataFeed(rank=self.rank, world_size=self.world_size, seed=self.config.train.seed,
+                                  batch_size=self.micro_batch_size)
+        return self._feed
+
+    @property
+    def micro_batch_size(self) -> int:
+        """The batch this worker's loader yields: its share of the global batch, split for gradient accumulation."""
+        return self.local_batch_size // self.config.train.grad_accum_steps
+
+    def data_loader(self, dataset: Any, *, shuffle: bool = False, batch_size: Optional[int] = None) -> Any:
+        """A DataLoader over a map-style dataset, sharded for this worker (raytrain.datafeed.ShardSampler)."""
+        return self.feed.loader(dataset, shuffle=shuffle, batch_size=batch_size)
 
     def batches(self, source: Any = "train", epoch: int = 0) -> Optional[Iterator[tuple["torch.Tensor", "torch.Tensor"]]]:
         """(x, y) batches for this worker, on its device: of the config's data split `source` ("train" or "val"; None
         if there is no such split), or of a map-style dataset or DataLoader the loop built itself. Each worker gets
-        its shard, `per_worker_batch_size` per batch; training data is reshuffled per epoch, the same order on every
-        worker."""
+        its shard; training data is reshuffled per epoch, the same order on every worker."""
+        resuming = source == "train" or not isinstance(source, str)
+        skip = self._resume_step if resuming and epoch == (self.resumed_from_epoch or 0) + 1 else 0
         if isinstance(source, str):
             dataset = self.datasets().get(source)
             if dataset is None:
                 return None
-            if self._is_ray_dataset(dataset):
-                iterator = dataset.iter_torch_batches(batch_size=self.config.per_worker_batch_size,
-                                                      local_shuffle_buffer_size=None)
-                return self._on_device(source, epoch, iterator)
-            key: Any = source
-            shuffle = source == "train"
+            if hasattr(dataset, "iter_torch_batches"):  # a Ray Data shard: the same count of batches is skipped
+                iterator = dataset.iter_torch_batches(batch_size=self.micro_batch_size, local_shuffle_buffer_size=None)
+                return self._on_device(source, epoch, iterator, skip)
+            loader = self.feed.cached(source, dataset, shuffle=source == "train")
         else:
-            dataset, key, shuffle = source, id(source), True
-        if key not in self._loaders:
-            self._loaders[key] = dataset if _is_loader(dataset) else self.data_loader(dataset, shuffle=shuffle)
-        loader = self._loaders[key]
-        sampler = getattr(loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every worker
-        elif getattr(loader, "generator", None) is not None:
-            loader.generator.manual_seed(self.config.train.seed + epoch)
-        return self._on_device(source, epoch, iter(loader))
+            loader = self.feed.cached(None, source, shuffle=True)
+        iterator, replay = self.feed.epoch_batches(loader, epoch, skip if resuming else 0)
+        return self._on_device(source, epoch, iterator, replay, first_step=skip if resuming else 0)
 
-    def _on_device(self, source: Any, epoch: int, batches: Iterator) -> Iterator:
-        if source != "train":
-            return (_xy(batch, self.device) for batch in batches)
-        return self._train_steps(batches, epoch)
+    def _on_device(self, source: Any, epoch: int, batches: Iterator, replay: int,
+                   first_step: Optional[int] = None) -> Iterator:
+        if source == "val":
+            return (to_device(batch, self.device) for batch in batches)
+        return self._train_steps(batches, epoch, replay, replay if first_step is None else first_step)
 
-    def _train_steps(self, batches: Iterator, epoch: int) -> Iterator:
-        """An epoch's training batches: the ones a mid-epoch checkpoint already trained skipped (loaded, not moved
-        or trained), at most train.max_steps_per_epoch, and a step boundary each time the loop asks for the batch
-        after one it trained (the last one included: every worker has the same number of batches)."""
-        skip = self._resume_step if epoch == (self.resumed_from_epoch or 0) + 1 else 0
-        limit = self.config.train.max_steps_per_epoch
-        step = 0
-        for batch in batches:
-            step += 1
-            if step <= skip:
+    def _train_steps(self, batches: Iterator, epoch: int, replay: int, first: int) -> Iterator:
+        """An epoch's training batches: `replay` batches the loader yields again are dropped (a loader raytrain
+        cannot position), numbering starts after the `first` already trained, at most train.max_steps_per_epoch
+        optimizer steps, and a step boundary after each optimizer step's last micro-batch."""
+        self._announce()
+        accum = self.config.train.grad_accum_steps
+        limit = self.config.train.max_steps_per_epoch * accum
+        micro = first
+        for index, batch in enumerate(batches):
+            if index < replay:
                 continue
-            x, y = _xy(batch, self.device)
+            if limit and micro >= limit:
+                return
+            micro += 1
+            x, y = to_device(batch, self.device)
             self._epoch_samples += len(y)
             yield x, y
-            self._step_done(epoch, step)
-            if limit and step >= limit:
-                return
+            if micro % accum == 0:
+                self._step_done(epoch, micro)
 
-    def _step_done(self, epoch: int, step: int) -> None:
-        """The loop finished `step` of `epoch` and asks for the next batch: checkpoint and/or stop if decided."""
-        if self._boundary is None or self._tracked is None:
+    def _step_done(self, epoch: int, micro: int) -> None:
+        """The loop finished an optimizer step (`micro` batches into `epoch`) and asks for the next batch."""
+        if self._steps is None:
             return
-        decision = self._boundary.decide()
-        if decision.lost:
-            raise StopTraining(self._boundary.reason or "the run's lease was lost")
-        if decision.checkpoint:
+        decision = self._steps.decide()
+        if decision.ending is Ending.LEASE_LOST:
+            raise AttemptEnded(Ending.LEASE_LOST, decision.reason)
+        if decision.checkpoint and self._tracked is not None:
             model, optimizer, stateful = self._tracked
-            self._checkpoint(epoch - 1, {"epoch": epoch - 1, "step": step}, model, optimizer, stateful, step=step)
-            self._boundary.checkpointed()
-            self._checkpointed()
-        if decision.stop:
-            raise StopTraining(self._boundary.reason or "stop requested")
-        if decision.drain:
-            self._end_for_drain()
+            self._checkpoint(Position(epoch - 1, micro), model, optimizer, stateful)
+        if decision.ending is not None:
+            self._end(decision.ending, decision.reason)
 
-    def _end_for_drain(self) -> typing.NoReturn:
-        from raytrain.drain import DRAIN_MESSAGE, NodeDraining
-
-        if self.is_rank_zero:
-            runs.append_event(self.run_dir, "drain", message=DRAIN_MESSAGE)
-        raise NodeDraining(DRAIN_MESSAGE)
-
-    @abstractmethod
-    def data_loader(self, dataset: Any, *, shuffle: bool = False, batch_size: Optional[int] = None) -> Any:
-        """A DataLoader over a map-style dataset, sharded for this worker (DistributedSampler on Ray Train)."""
-
-    @staticmethod
-    def _is_ray_dataset(dataset: Any) -> bool:
-        return hasattr(dataset, "iter_torch_batches")
+    def _end(self, ending: Ending, reason: str) -> None:
+        if ending is Ending.DRAINING and self.is_rank_zero:
+            self.records.append_event("drain", message=reason)
+        raise AttemptEnded(ending, reason)
 
     # ------------------------------------------------------------------------------------------ reduce
 
@@ -210,63 +243,88 @@ class Session(ABC):
 
     def restore(self, model: "nn.Module", optimizer: Any = None, **stateful: Any) -> int:
         """Load the newest checkpoint that loads into model/optimizer/stateful objects; returns the first epoch to
-        train (1 when there is none). Metrics rows past the restored epoch are dropped: they will be trained again."""
-        warn = (lambda msg: runs.append_event(self.run_dir, "warning", message=msg)) if self.is_rank_zero \
-            else (lambda msg: None)
-        found = checkpoints.load_newest(checkpoints.candidates(self.run_dir, self._latest_checkpoints()), warn)
+        train (1 when there is none). Metrics rows past the restored position are dropped: they train again."""
+        warnings: list[str] = []
+        loaded = self._load_newest(warnings.append)
+        if loaded is None and self.checkpointer.latest():
+            # The driver checked that one loads before the start; never train over them from scratch silently.
+            raise CheckpointsUnloadable(f"run directory {self.run_dir} has checkpoints but none of them loads: "
+                                        f"{'; '.join(warnings)}. Fix: train under a new --name, or delete them to "
+                                        f"train from scratch.")
         applied: dict = {}
-        if found is not None:
-            path, state = found
+        if loaded is not None:
+            state = loaded.state
             unwrap(model).load_state_dict(state["model"])
             if optimizer is not None and state.get("optimizer") is not None:
                 optimizer.load_state_dict(state["optimizer"])
+                # What the loop hands to raytrain (applied_on_resume) and this run's config changed, trains now.
+                applied = resume.applied_changes(state.get("config") or {}, self.config.to_dict(),
+                                                 resume.rules_of(self.config.loop.target))
+                resume.apply_optimizer_settings(optimizer, applied)
             for name, obj in stateful.items():
                 if name in state.get("extra", {}):
                     obj.load_state_dict(state["extra"][name])
-            if optimizer is not None and state.get("optimizer") is not None:
-                # The restored optimizer carries the checkpoint's settings: what this run's config changed trains now.
-                applied = optimizer_changes(state.get("config") or {}, self.config.to_dict())
-                apply_optimizer_settings(optimizer, applied)
             self.resumed_from_epoch = int(state["epoch"])
             self._resume_step = int(state.get("step") or 0)
-        start = (self.resumed_from_epoch or 0) + 1
         if self.is_rank_zero:
-            if found is not None:
-                runs.append_event(self.run_dir, "restored", checkpoint=found[0].name, epoch=self.resumed_from_epoch,
-                                  step=self._resume_step, applied={k: new for k, (_, new) in applied.items()})
-                runs.truncate_metrics(self.run_dir, self.resumed_from_epoch)
-            runs.append_event(self.run_dir, "start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
-                              resumed_at_step=self._resume_step, world_size=self.world_size)
+            for message in warnings:
+                self.records.append_event("warning", message=message)
+            if loaded is not None:
+                self.records.append_event("restored", checkpoint=loaded.path.name, epoch=self.resumed_from_epoch,
+                                          step=self._resume_step, applied={k: new for k, (_, new) in applied.items()})
+                self.records.truncate_metrics(self.resumed_from_epoch, self._resume_step)
         self._tracked = (model, optimizer, stateful)
-        self._boundary = self._step_boundary()
-        self._started(start)
-        self._epoch_samples, self._epoch_began = 0, time.perf_counter()
-        return start
+        self._announce()
+        return (self.resumed_from_epoch or 0) + 1
+
+    def _load_newest(self, warn: Callable[[str], None]) -> Optional[checkpoints.Loaded]:
+        return self.checkpointer.load_newest(warn)
 
     def report(self, epoch: int, metrics: Mapping[str, Any], *, model: "nn.Module", optimizer: Any = None,
                **stateful: Any) -> None:
         """Every worker, once per epoch: rank 0 appends the metrics row; a checkpoint when the epoch is due."""
+        self._announce()
+        self._tracked = (model, optimizer, stateful)
         row = {"epoch": int(epoch), **{k: _plain_number(v) for k, v in metrics.items()},
                "resumed_from_epoch": self.resumed_from_epoch}
         if self.is_rank_zero:
             # The row goes first: if the checkpoint below never lands, resume drops this row and retrains.
-            runs.append_metrics(self.run_dir, row)
+            self.records.append_metrics(row)
         self._epoch_done(row, self._epoch_samples, time.perf_counter() - self._epoch_began)
-        if self.checkpoint_due(epoch):
-            self._checkpoint(epoch, row, model, optimizer, stateful)
-            if self._boundary is not None:
-                self._boundary.checkpointed()
-            self._checkpointed()
+        checkpointed = self.checkpoint_due(epoch)
+        if checkpointed:
+            self._checkpoint(Position(epoch), model, optimizer, stateful)
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
-        if self._boundary is not None and epoch < self.config.train.epochs:
+        if self._steps is not None and epoch < self.config.train.epochs:
             # Also at every epoch's end: a loop that does not iterate session.batches("train") ends here.
-            decision = self._boundary.decide(at_epoch_end=True)
-            if (decision.stop or decision.drain) and not decision.lost and not self.checkpoint_due(epoch):
-                self._checkpoint(epoch, row, model, optimizer, stateful)
-            if decision.stop or decision.lost:
-                raise StopTraining(self._boundary.reason or "stop requested")
-            if decision.drain:
-                self._end_for_drain()
+            decision = self._steps.decide(at_epoch_end=True)
+            if decision.ending is Ending.LEASE_LOST:
+                raise AttemptEnded(Ending.LEASE_LOST, decision.reason)
+            if decision.ending is not None:
+                if not checkpointed:
+                    self._checkpoint(Position(epoch), model, optimizer, stateful)
+                self._end(decision.ending, decision.reason)
+
+    def log_step(self, epoch: int, step: int, metrics: Mapping[str, Any]) -> None:
+        """A per-step row in steps.jsonl (rank 0's values; run.log_every_steps sets how often the built-in loop
+        calls it). The caller decides when to read values off the device: this costs one host sync per call."""
+        if self.is_rank_zero:
+            self.records.append_step({"epoch": int(epoch), "step": int(step),
+                                      **{k: _plain_number(v) for k, v in metrics.items()}})
+
+    def _checkpoint(self, position: Position, model: "nn.Module", optimizer: Any, stateful: dict) -> None:
+        """Every worker at the same step: rank 0 writes (the single-file checkpointer)."""
+        self.checkpointer.save(position, lambda: self._state(position, model, optimizer, stateful),
+                               writer=self.is_rank_zero, config=self.config.to_dict())
+        if self._steps is not None:
+            self._steps.checkpointed()
+        self._checkpointed()
+
+    def _state(self, position: Position, model: "nn.Module", optimizer: Any, stateful: dict) -> dict:
+        return {"model": unwrap(model).state_dict(),
+                "optimizer": optimizer.state_dict() if optimizer is not None else None,
+                "epoch": position.epoch, "step": position.step, "config": self.config.to_dict(),
+                "extra": {name: obj.state_dict() for name, obj in stateful.items()}}
 
     # Telemetry hooks (a Ray Train worker exports live metrics; a local run has nowhere to send them).
     def _started(self, start_epoch: int) -> None: ...
@@ -275,104 +333,12 @@ class Session(ABC):
 
     def _checkpointed(self) -> None: ...
 
-    def _step_boundary(self) -> Any:
-        """Where mid-epoch checkpoints and stop requests are decided (None: neither)."""
-        from raytrain.preemption import StepBoundary
-
-        return StepBoundary(self.run_dir, self._lease_token, every_steps=self.config.run.checkpoint_every_steps,
-                            every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
-                            device=self.device, node_draining=self._node_draining)
-
     # Whether this worker's node is being drained (its pod deleted): None where there is no such thing (local).
     _node_draining: Optional[Callable[[], bool]] = None
 
-    _lease_token: Optional[int] = None  # the attempt this worker trains for (None: no lease, no stop requests)
-    _telemetry_linger = False  # a joined cluster, whose Prometheus scrapes the workers' metrics
 
-    def _state(self, epoch: int, model: "nn.Module", optimizer: Any, stateful: dict, step: int = 0) -> dict:
-        return {"model_state": unwrap(model).state_dict(),
-                "optimizer_state": optimizer.state_dict() if optimizer is not None else None,
-                "epoch": epoch, "config": self.config.to_dict(),
-                "extra": {name: obj.state_dict() for name, obj in stateful.items()},
-                "step": step, "attempt": runs.check_fence(self.run_dir)}
-
-    @abstractmethod
-    def _checkpoint(self, epoch: int, row: dict, model: "nn.Module", optimizer: Any, stateful: dict,
-                    step: int = 0) -> None:
-        """Every worker at the same step; epoch: the last completed one, step > 0: batches into the next."""
-
-    def _latest_checkpoints(self) -> list[Path]:
-        return []
-
-
-class StopTraining(BaseException):
-    """Raised out of session.batches()/report() when the attempt must end (its driver was stopped, its lease taken
-    over) after the session checkpointed what it could. A BaseException, like KeyboardInterrupt, so that a loop's
-    `except Exception` does not swallow it; the worker's entry catches it and returns."""
-
-
-# ----------------------------------------------------------------------------------------------------------
-# building the config's components (the built-in loop, local runs and the driver's checks share these)
-
-
-def build_model(cfg: RunConfig) -> "nn.Module":
-    from torch import nn
-
-    model = components.instantiate(cfg.model)
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"{cfg.source}: model._component_: {cfg.model.path} returned {type(model).__name__}, not a "
-                          f"torch.nn.Module. Fix: name a callable (class or function) that returns the model.")
-    return model
-
-
-def build_loss(cfg: RunConfig) -> Callable:
-    import functools
-    import inspect
-
-    loss = cfg.loss
-    if inspect.isclass(loss.target):
-        return components.instantiate(loss)
-    return functools.partial(loss.target, **loss.kwargs) if loss.kwargs else loss.target
-
-
-def data_source(cfg: RunConfig) -> Optional[DataSource]:
-    """The DataSource instance of a class-based data component (None for a plain function)."""
-    target = cfg.data.component.target
-    if isinstance(target, type) and issubclass(target, DataSource):
-        return components.instantiate(cfg.data.component)
-    return None
-
-
-def call_data_component(cfg: RunConfig, ctx: DataContext) -> dict:
-    """The data component's datasets as {"train": ..., "val": ...}, checked."""
-    source = data_source(cfg)
-    produced = source.datasets(ctx) if source is not None else components.instantiate(cfg.data.component, ctx=ctx)
-    where = f"{cfg.source}: data._component_: {cfg.data.path}"
-    if not isinstance(produced, Mapping) or "train" not in produced:
-        raise ConfigError(f"{where} returned {type(produced).__name__}, not a mapping with a 'train' dataset. Fix: "
-                          f"return {{'train': train_dataset, 'val': val_dataset}} ('val' optional).")
-    unknown = [key for key in produced if key not in ("train", "val")]
-    if unknown:
-        raise ConfigError(f"{where} returned unknown split(s) {', '.join(map(repr, unknown))}. Fix: return only "
-                          f"'train' and 'val'.")
-    for split, dataset in produced.items():
-        if dataset is None:
-            continue
-        if ctx.loader == "ray":
-            import ray.data
-
-            if not isinstance(dataset, ray.data.Dataset):
-                raise ConfigError(f"{where}: data.loader is ray but '{split}' is a {type(dataset).__name__}. Fix: "
-                                  f"return Ray Datasets with columns x and y, or set data.loader: torch.")
-        elif not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-            raise ConfigError(f"{where}: '{split}' is a {type(dataset).__name__}, not a map-style dataset (with "
-                              f"__getitem__ and __len__) of (input, target) pairs. Fix: return torch Datasets, or set "
-                              f"data.loader: ray and return Ray Datasets.")
-    return {split: dataset for split, dataset in produced.items() if dataset is not None}
-
-
-def unwrap(model: "nn.Module") -> "nn.Module":
-    return model.module if hasattr(model, "module") else model
+class CheckpointsUnloadable(RaytrainError):
+    """A worker found committed checkpoints none of which loads (the driver's check passed before the start)."""
 
 
 def _plain_number(value: Any) -> Any:
@@ -385,17 +351,6 @@ def _plain_number(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else value
     return value
-
-
-def _is_loader(obj: Any) -> bool:
-    from torch.utils.data import DataLoader
-
-    return isinstance(obj, DataLoader)
-
-
-def _xy(batch: Any, device: "torch.device") -> tuple["torch.Tensor", "torch.Tensor"]:
-    x, y = (batch["x"], batch["y"]) if isinstance(batch, dict) else batch  # Ray Data: columns x and y
-    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
 
 def torch_threads(cfg: RunConfig, cpus_per_worker: float) -> int:
@@ -412,16 +367,13 @@ class RayTrainSession(Session):
         import ray.train.torch
         import torch
 
-        super().__init__(config, run_dir)
-        if lease_token:  # this worker's commits stop once its attempt's lease is taken over
-            from raytrain.lease import Fence
-
-            runs.fence_writes(self.run_dir, Fence(self.run_dir, lease_token))
-            self._lease_token = int(lease_token)
+        # This worker's commits stop once its attempt's lease is taken over.
+        super().__init__(config, run_dir, WorkerControl(run_dir, lease_token) if lease_token else UNFENCED)
         context = ray.train.get_context()
         self.rank = context.get_world_rank()
         self.world_size = context.get_world_size()
         self.local_rank = context.get_local_rank()
+        self.local_batch_size = config.per_worker_batch_size
         self._device = ray.train.torch.get_device()
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
         torch.manual_seed(config.train.seed + self.rank)
@@ -429,12 +381,16 @@ class RayTrainSession(Session):
         from raytrain.drain import node_draining
 
         self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.drain
+        self._telemetry_linger = False  # a joined cluster, whose Prometheus scrapes the workers' metrics
 
     def _started(self, start_epoch: int) -> None:
         self.telemetry.started(self.run_dir, start_epoch)
 
     def _epoch_done(self, row: dict, local_samples: int, local_seconds: float) -> None:
         self.telemetry.epoch_end(row, local_samples, local_seconds)
+        import ray.train
+
+        ray.train.report(row)  # every worker: Ray Train's (and Ray Tune's) view of the epoch; no checkpoint
 
     def _checkpointed(self) -> None:
         self.telemetry.checkpointed()
@@ -454,7 +410,7 @@ class RayTrainSession(Session):
         return ray.train.torch.prepare_model(model)
 
     def _load_datasets(self) -> dict:
-        if self.config.data.loader != "ray":
+        if self.config.data is None or self.config.data.loader != "ray":
             return super()._load_datasets()
         import ray.train
 
@@ -464,14 +420,6 @@ class RayTrainSession(Session):
         except KeyError:  # the dataset has no validation split
             pass
         return shards
-
-    def data_loader(self, dataset: Any, *, shuffle: bool = False, batch_size: Optional[int] = None) -> Any:
-        import ray.train.torch
-        from torch.utils.data import DataLoader
-
-        return ray.train.torch.prepare_data_loader(
-            DataLoader(dataset, batch_size=batch_size or self.config.per_worker_batch_size, shuffle=shuffle),
-            move_to_device=False)
 
     def all_reduce(self, values: list[float], op: str = "sum") -> list[float]:
         import torch
@@ -483,30 +431,30 @@ class RayTrainSession(Session):
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return tensor.tolist()
 
-    def _latest_checkpoints(self) -> list[Path]:
-        import ray.train
+    def _load_newest(self, warn: Callable[[str], None]) -> Optional[checkpoints.Loaded]:
+        """Rank 0 reads the checkpoint once (its hash checked on the bytes read) and hands it to the others: N
+        workers do not read it N times."""
+        import torch.distributed as dist
 
-        latest = ray.train.get_checkpoint()
-        return [Path(latest.path)] if latest is not None else []
-
-    def _checkpoint(self, epoch: int, row: dict, model, optimizer, stateful: dict, step: int = 0) -> None:
-        """ray.train.report is a barrier: every worker calls it at the same steps; rank 0 hands over the files."""
-        import ray.train
-
-        with tempfile.TemporaryDirectory(prefix="raytrain-ckpt-") as tmp:
-            checkpoint = None
-            if self.is_rank_zero:
-                checkpoints.write_checkpoint(Path(tmp), **self._state(epoch, model, optimizer, stateful, step))
-                runs.check_fence(self.run_dir)  # just before Ray publishes it into the run directory
-                checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report(row, checkpoint=checkpoint,
-                             checkpoint_dir_name=checkpoints.checkpoint_dir_name(epoch, step))
+        if self.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+            return super()._load_newest(warn)
+        box: list[Any] = [None]
+        if self.is_rank_zero:
+            warnings: list[str] = []
+            box[0] = (super()._load_newest(warnings.append), warnings)
+        dist.broadcast_object_list(box, src=0)
+        loaded, warnings = box[0]
+        for message in warnings:
+            warn(message)
+        return loaded
 
 
 def worker_entry(loop_config: dict) -> None:
     """Ray Train's train_loop_per_worker: {"config": resolved run config, "run_dir", "cpus_per_worker",
-    "working_dir"}. Builds the session and calls the config's loop component with it."""
+    "working_dir", "lease_token", "telemetry_linger"}. Builds the session, starts it and calls the config's loop."""
     from raytrain import workdir
+    from raytrain.drain import NodeDraining
+    from raytrain.rayinternals import quiet_report_logs
 
     quiet_report_logs()
     if loop_config.get("working_dir"):  # the same import path as the driver, where the directory is reachable
@@ -518,23 +466,16 @@ def worker_entry(loop_config: dict) -> None:
     session = RayTrainSession(cfg, Path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
                               loop_config.get("lease_token"))
     session._telemetry_linger = bool(loop_config.get("telemetry_linger"))
+    session.start()
     try:
         components.instantiate(cfg.loop, session)
-    except StopTraining:
+    except AttemptEnded as ended:
+        if ended.ending is Ending.DRAINING:
+            # A worker failure for Ray Train, which starts a new group on the nodes left; it resumes from the
+            # checkpoint just taken.
+            raise NodeDraining(ended.reason) from None
         return  # checkpointed (unless the lease was lost); the driver writes the result
     session.finished()
-
-
-def quiet_report_logs() -> None:
-    """Ray Train logs every report at INFO on each worker (from a logger named after its module file); the
-    per-epoch lines that rank 0 writes already say the same, so keep the user's console readable."""
-    import logging
-
-    try:
-        from ray.train.v2._internal.execution import context as train_context
-    except ImportError:  # a Ray version that moved it: the lines are noise, not a failure
-        return
-    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -542,14 +483,16 @@ def quiet_report_logs() -> None:
 
 
 class LocalSession(Session):
-    """The same contract in one process with no Ray: the whole global batch per step, checkpoints written straight
-    into the run directory (the newest `run.keep_checkpoints` kept), so `raytrain local` resumes like `run`."""
+    """The same contract in one process with no Ray: the whole global batch per step, checkpoints in the run
+    directory (the newest `run.keep_checkpoints` kept), so `raytrain local` resumes like `run`."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, cpus: int, on_row: Optional[Callable[[dict], None]] = None):
+    def __init__(self, config: RunConfig, run_dir: Path, cpus: int, on_row: Optional[Callable[[dict], None]] = None,
+                 control: Control = UNFENCED):
         import torch
 
-        super().__init__(config, run_dir)
+        super().__init__(config, run_dir, control)
         self.on_row = on_row  # `raytrain local` prints each row as it is written
+        self.local_batch_size = config.train.batch_size  # one process sees the whole global batch
         self._device = torch.device("cuda" if config.scaling.use_gpu and torch.cuda.is_available() else "cpu")
         torch.set_num_threads(torch_threads(config, cpus))
         torch.manual_seed(config.train.seed)
@@ -562,29 +505,13 @@ class LocalSession(Session):
         return model.to(self.device)
 
     def _load_datasets(self) -> dict:
+        if self.config.data is None:
+            return super()._load_datasets()
         ctx = data_context(self.config)
-        return call_data_component(self.config, DataContext(root=ctx.root, seed=ctx.seed, loader="torch"))
-
-    def data_loader(self, dataset: Any, *, shuffle: bool = False, batch_size: Optional[int] = None) -> Any:
-        import torch
-        from torch.utils.data import DataLoader
-
-        # One process sees the whole global batch, as the N workers together do.
-        generator = torch.Generator().manual_seed(self.config.train.seed)
-        return DataLoader(dataset, batch_size=batch_size or self.config.train.batch_size, shuffle=shuffle,
-                          generator=generator)
+        return build.call_data_component(self.config, DataContext(root=ctx.root, seed=ctx.seed, loader="torch"))
 
     def report(self, epoch: int, metrics: Mapping[str, Any], *, model: "nn.Module", optimizer: Any = None,
                **stateful: Any) -> None:
         super().report(epoch, metrics, model=model, optimizer=optimizer, **stateful)
         if self.on_row is not None:
             self.on_row(runs.read_metrics(self.run_dir)[-1])
-
-    def _checkpoint(self, epoch: int, row: dict, model, optimizer, stateful: dict, step: int = 0) -> None:
-        directory = self.run_dir / checkpoints.checkpoint_dir_name(epoch, step)
-        staging = self.run_dir / f".{directory.name}.tmp"
-        checkpoints.write_checkpoint(staging, **self._state(epoch, model, optimizer, stateful, step))
-        runs.check_fence(self.run_dir)
-        staging.rename(directory)  # a checkpoint directory appears whole or not at all
-        for old in checkpoints.candidates(self.run_dir)[self.config.run.keep_checkpoints:]:
-            checkpoints.remove(old)

@@ -37,7 +37,7 @@ def workers_that_fit(nodes: list[dict], per_worker: dict[str, float]) -> int:
 
 def data_reserve(cfg: RunConfig, nodes: list[dict]) -> float:
     """CPUs kept free for Ray Data's tasks when the data streams through Ray Data (and there is more than one)."""
-    return 1.0 if cfg.data.loader == "ray" and sum(n.get("CPU", 0.0) for n in nodes) >= 2 else 0.0
+    return 1.0 if cfg.data is not None and cfg.data.loader == "ray" and sum(n.get("CPU", 0.0) for n in nodes) >= 2 else 0.0
 
 
 def size_workers(cfg: RunConfig, nodes: list[dict]) -> dict[str, float]:

@@ -50,6 +50,10 @@ def check_storage(storage_path: str, run_name: str = "", source: str = "run.stor
     if path.exists() and not path.is_dir():
         raise StorageError(f"the storage path {path} ({source}) is a file, not a directory. Fix: pass --storage "
                            f"a directory (it is created if missing), e.g. {path.parent / 'runs'}.")
+    run_path = path / run_name if run_name else None
+    if run_path is not None and os.path.lexists(run_path) and not run_path.is_dir():
+        raise StorageError(f"the run directory {run_path} ({source} and the run's name) is a file, not a directory. "
+                           f"Fix: train under another --name, or move that file away.")
     target = path
     try:
         path.mkdir(parents=True, exist_ok=True)

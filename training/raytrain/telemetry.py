@@ -135,7 +135,7 @@ def report_interval_s() -> float:
 
 def checkpoint_time(run_dir: Path) -> Optional[float]:
     """When the run's newest checkpoint was written (its meta.json lands last), or None."""
-    for path in checkpoints.candidates(run_dir):
+    for path in checkpoints.committed(run_dir):
         meta = path / checkpoints.META_FILE
         if meta.is_file():
             return meta.stat().st_mtime

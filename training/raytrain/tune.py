@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from raytrain import console, preflight, runs
+from raytrain.lease import DEFAULT_TTL_S
 from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
-from raytrain.launcher import (CONTROLLER_POLL_INTERVAL_S, LaunchError, alive_node_resources, build_trainer,
-                               connect_for, root_cause, summarize)
+from raytrain.attempt import Attempt
+from raytrain.launcher import CONTROLLER_POLL_INTERVAL_S, RayTrainer, alive_node_resources, connect_for, root_cause
 from raytrain.sizing import data_reserve, size_workers, workers_that_fit
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments
@@ -110,7 +111,7 @@ def _check_distribution(source: str, key: str, dist: Any) -> None:
     name, args = next(iter(dist.items()))
     if not isinstance(args, list) or not args or (DISTRIBUTIONS[name] and len(args) != DISTRIBUTIONS[name]):
         count = DISTRIBUTIONS[name]
-        raise ConfigError(f"{where}: {name} takes {f'[lo, hi]' if count else 'a non-empty list'}. Fix: e.g. "
+        raise ConfigError(f"{where}: {name} takes {'[lo, hi]' if count else 'a non-empty list'}. Fix: e.g. "
                           f"{{{name}: {'[0.0001, 0.01]' if count else '[5, 10, 20]'}}}.")
     if DISTRIBUTIONS[name]:
         lo, hi = args
@@ -164,7 +165,8 @@ def param_space(search: SearchSpec) -> dict:
 
 
 def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
-    """One Tune trial: a Ray Train run of the base config with `params` set, reporting to Tune."""
+    """One Tune trial: an attempt of its own run (lease, resume check, result: raytrain.attempt) of the base config
+    with `params` set, trained by Ray Train and reporting to Tune."""
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -173,16 +175,10 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     # Beside the sweep's directory under the same storage path, so the trial finds the same datasets directory.
     raw["run"]["name"] = f"{raw['run']['name']}-trial-{trial_id}"
     cfg = with_params(raw, params)
-    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    runs.write_config(run_dir, dump_yaml(cfg))
-    started = time.time()
-    trainer = build_trainer(cfg, run_dir, per_worker, callbacks=(TuneReportCallback(),))
-    try:
-        trainer.fit()
-    except Exception as err:
-        runs.write_result(run_dir, summarize(run_dir, "failed", started, root_cause(err)))
-        raise
-    runs.write_result(run_dir, summarize(run_dir, "succeeded", started))
+    # The trial runs inside the sweep's Ray: it neither starts nor stops one.
+    trainer = RayTrainer(cfg, address="auto", callbacks=(TuneReportCallback(),), owns_ray=False,
+                         per_worker=per_worker)
+    Attempt(cfg, handle_signals=False).run(trainer)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -203,13 +199,25 @@ def concurrent_trials(nodes: list[dict], per_worker: dict, num_workers: int, ask
 def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, out: TextIO = sys.stdout,
              in_submitted_job: bool = False) -> dict:
     """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json."""
+    check_space(cfg, search)
+    started = time.time()
+    # The sweep's own directory is held like a run's: one sweep writes it at a time, every commit fenced.
+    control = preflight.take_lease(cfg, DEFAULT_TTL_S, wait=False, notify=lambda m: console.info("attempt", m, out=out))
+    records = runs.Records(control.run_dir, control)
+    try:
+        return _sweep(cfg, search, records, address, out, in_submitted_job, started)
+    finally:
+        control.release()
+
+
+def _sweep(cfg: RunConfig, search: SearchSpec, records: runs.Records, address: Optional[str], out: TextIO,
+           in_submitted_job: bool, started: float) -> dict:
     import os
 
     import ray.tune
 
-    check_space(cfg, search)
-    started = time.time()
-    tune_dir = preflight.start_run(cfg, lambda _directory, error: {"status": "failed", "error": error})
+    tune_dir = records.run_dir
+    preflight.start_run(cfg, records, lambda _directory, error: {"status": "failed", "error": error})
     connected = connect_for(cfg, address, in_submitted_job)
     console.info("connected", f"{connected}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
     nodes = alive_node_resources()
@@ -249,13 +257,13 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
         best = pick(scored, key=lambda t: t["metrics"][search.metric])
         best_cfg = with_params(cfg.to_dict(), best["params"])
         best_cfg.run.name = f"{cfg.run.name}-best"
-        (tune_dir / "best_config.yaml").write_text(
+        records.write_atomic(tune_dir / "best_config.yaml",
             f"# the best of {len(trials)} trials of `raytrain tune` ({search.metric} "
             f"{best['metrics'][search.metric]:.4f}); train it with: raytrain run {tune_dir / 'best_config.yaml'}\n"
             + dump_yaml(best_cfg))
         summary.update(best=best, best_config=str(tune_dir / "best_config.yaml"))
     else:
         summary["error"] = "no trial reported " + search.metric + "; see the trials' result.json files"
-    (tune_dir / "tune.json").write_text(json.dumps(summary, indent=2) + "\n")
-    runs.write_result(tune_dir, summary)
+    records.write_atomic(tune_dir / "tune.json", json.dumps(summary, indent=2) + "\n")
+    records.write_result(summary)
     return summary

@@ -250,9 +250,9 @@ def check(p: CIFAR10, cfg, fail):
     if p.synthetic and (p.synthetic_train < cfg.scaling.num_workers or p.synthetic_val < 1):
         fail("data.synthetic_train", f"{p.synthetic_train} training / {p.synthetic_val} validation images are too few "
              f"for {cfg.scaling.num_workers} workers", "generate at least one image per worker and one to validate")
-    if cfg.model.kwargs.get("num_classes", NUM_CLASSES) != NUM_CLASSES:
+    if cfg.model_kwargs.get("num_classes", NUM_CLASSES) != NUM_CLASSES:
         fail("model.num_classes", f"CIFAR-10 has {NUM_CLASSES} classes", f"set model.num_classes={NUM_CLASSES}")
-    if cfg.model.kwargs.get("image_size", 32) != 32:
+    if cfg.model_kwargs.get("image_size", 32) != 32:
         fail("model.image_size", "CIFAR-10 images are 32x32", "set model.image_size=32")
-    if cfg.model.kwargs.get("in_channels", 3) != 3:
+    if cfg.model_kwargs.get("in_channels", 3) != 3:
         fail("model.in_channels", "CIFAR-10 images have 3 channels", "set model.in_channels=3")

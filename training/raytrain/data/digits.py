@@ -60,5 +60,5 @@ class Digits(DataSource):
         return splits(to_ds(x_train, y_train), to_ds(x_val, y_val))
 
     def check(self, cfg, fail) -> None:
-        if cfg.model.kwargs.get("num_classes", 10) != 10:
+        if cfg.model_kwargs.get("num_classes", 10) != 10:
             fail("model.num_classes", "digits has 10 classes", "set model.num_classes=10")

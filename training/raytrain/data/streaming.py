@@ -122,8 +122,8 @@ def check(p: Streaming, cfg, fail):
     if num_images(p) < cfg.scaling.num_workers:
         fail("data.data_size_gb", f"{p.data_size_gb} GB holds {num_images(p)} images of {p.image_size}x{p.image_size}, "
              f"fewer than the {cfg.scaling.num_workers} workers", "stream more data or use fewer workers")
-    if cfg.model.kwargs.get("num_classes", p.num_classes) != p.num_classes:
+    if cfg.model_kwargs.get("num_classes", p.num_classes) != p.num_classes:
         fail("model.num_classes", f"the streamed data has data.num_classes={p.num_classes} classes",
              f"set model.num_classes={p.num_classes}")
-    if cfg.model.kwargs.get("in_channels", 3) != 3:
+    if cfg.model_kwargs.get("in_channels", 3) != 3:
         fail("model.in_channels", "the streamed images have 3 channels", "set model.in_channels=3")

@@ -199,7 +199,7 @@ def check(p: Text, cfg, fail):
     if p.synthetic and min(p.synthetic_train, p.synthetic_val) < cfg.scaling.num_workers:
         fail("data.synthetic_train", f"{p.synthetic_train}/{p.synthetic_val} documents are too few for "
              f"{cfg.scaling.num_workers} workers", "generate at least one document per worker in each split")
-    model = cfg.model.kwargs
+    model = cfg.model_kwargs
     if model.get("vocab_size", p.vocab_size) < p.vocab_size:
         fail("model.vocab_size", f"{model['vocab_size']} is smaller than data.vocab_size {p.vocab_size}",
              f"set model.vocab_size to at least {p.vocab_size}")

@@ -1,16 +1,20 @@
-"""Step boundaries on the workers: when to checkpoint mid-epoch and when to end.
+"""Step control on the workers: at step boundaries, when to checkpoint mid-epoch and when to end.
 
 At agreed optimizer steps rank 0 decides, and all_reduce hands its decision to every worker, so that all of
 them checkpoint (ray.train.report is a barrier) and stop at the same step. Rank 0 also says when the next such
 step is: about every SYNC_S seconds of steps (every step when a step takes longer), so that small, fast steps
 do not pay a collective each. The decisions:
-- stop: the driver asked its attempt to end (SIGTERM, Ctrl-C: raytrain.attempt writes the request into the run's
-  lease.json, which rank 0 reads at most every POLL_S); the workers checkpoint at this step and return. A lease
-  taken over by a newer attempt also ends them, without a checkpoint (they may no longer commit);
+- end STOPPED: the driver asked its attempt to end (SIGTERM, Ctrl-C: the driver's run control writes the request
+  into the run's lease.json, which rank 0 reads through its WorkerControl at most every POLL_S); the workers
+  checkpoint at this step and end. LEASE_LOST (a newer attempt took the run over) ends them without a checkpoint
+  (they may no longer commit). raytrain.runcontrol.Ending names the endings; AttemptEnded carries them;
 - checkpoint: run.checkpoint_every_steps steps or run.checkpoint_every_s seconds since the last checkpoint;
-- drain: some worker's node is being drained (its pod is being deleted: raytrain.drain.node_draining, probed by
-  every worker at each decision); all checkpoint at this step and end the group with NodeDraining, so that Ray
-  Train starts a new one on the nodes left, which resumes from that checkpoint. stop and lost win over it.
+- end DRAINING: some worker's node is being drained (its pod is being deleted: raytrain.drain.node_draining,
+  probed by every worker at each decision); all checkpoint at this step and end the group, so that Ray Train starts
+  a new one on the nodes left, which resumes from that checkpoint. STOPPED and LEASE_LOST win over it.
+
+The decision is one small all_reduce every SYNC_S of steps, not one per step: a host sync per step would stall a
+GPU's queue.
 
 Worst case from the request to the workers' end: POLL_S + SYNC_S (or one step, if longer) + writing and uploading
 one checkpoint. The
@@ -21,34 +25,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
-from raytrain.lease import stop_requested
+from raytrain.runcontrol import Control, Ending
 
 if TYPE_CHECKING:
     import torch
 
 POLL_S = 0.5
-SYNC_S = 0.05
-MAX_STEPS_BETWEEN_SYNCS = 64
+SYNC_S = 0.25
+MAX_STEPS_BETWEEN_SYNCS = 256
 
 
 @dataclass
 class Decision:
-    checkpoint: bool = False
-    stop: bool = False
-    lost: bool = False  # the lease is gone: stop without committing anything
-    drain: bool = False  # a worker's node is draining: checkpoint, then end the group for Ray Train to restart
+    checkpoint: bool = False  # every worker checkpoints at this step (also before ending STOPPED or DRAINING)
+    ending: Optional[Ending] = None  # the attempt (DRAINING: the worker group) ends at this step
+    reason: Optional[str] = None
 
 
-class StepBoundary:
-    def __init__(self, run_dir: Path, token: Optional[int], *, every_steps: int, every_s: float,
+class StepControl:
+    def __init__(self, control: Control, *, every_steps: int, every_s: float,
                  is_rank_zero: bool, device: "torch.device",
                  node_draining: Optional[Callable[[], bool]] = None):
-        """node_draining: probed by every worker at each decision; true on any of them makes all of them checkpoint
-        at that step and end the group (Decision.drain)."""
-        self.run_dir, self.token = run_dir, token
+        """control: rank 0 polls it for the attempt's end; node_draining: probed by every worker at each decision;
+        true on any of them makes all of them checkpoint at that step and end the group (Ending.DRAINING)."""
+        self.control = control
         self.node_draining = node_draining
         self.every_steps, self.every_s = every_steps, every_s
         self.is_rank_zero, self.device = is_rank_zero, device
@@ -57,6 +59,7 @@ class StepBoundary:
         self.reason: Optional[str] = None
         self.until_sync = 1  # steps to the next decision, the same count on every worker
         self.synced_steps = 0
+        self.first_decision = True
 
     def checkpointed(self) -> None:
         """Every worker calls it after each checkpoint (the same step on all): counting starts again."""
@@ -75,20 +78,24 @@ class StepBoundary:
         flags = [0.0, 0.0, 0.0, 1.0, 0.0]  # checkpoint, stop, lost, steps to the next decision, drain
         if self.is_rank_zero:
             now = time.monotonic()
+            measured = self.synced_steps > 0 and not self.first_decision
             per_step = (now - self.last_sync) / max(self.synced_steps, 1)
-            self.last_sync, self.synced_steps = now, 0
-            flags[3] = float(min(max(int(SYNC_S / max(per_step, 1e-6)), 1), MAX_STEPS_BETWEEN_SYNCS))
+            self.last_sync, self.synced_steps, self.first_decision = now, 0, False
+            # The first decision has no step time to go by (the time since the start is not one): decide again at
+            # the next step, then space decisions SYNC_S of measured steps apart.
+            flags[3] = float(min(max(int(SYNC_S / max(per_step, 1e-6)), 1), MAX_STEPS_BETWEEN_SYNCS)) if measured \
+                else 1.0
             if at_epoch_end:
                 flags[3] = 1.0  # the next epoch's first step decides again
-            if self.token and (at_epoch_end or now - self.last_poll >= POLL_S):
+            if self.control.token is not None and (at_epoch_end or now - self.last_poll >= POLL_S):
                 self.last_poll = now
                 try:
-                    reason = stop_requested(self.run_dir, self.token)
+                    signal = self.control.poll()
                 except OSError:
-                    reason = None
-                if reason:
-                    self.reason = reason
-                    lost = "took the run over" in reason
+                    signal = None
+                if signal is not None:
+                    ending, self.reason = signal
+                    lost = ending is Ending.LEASE_LOST
                     flags[:3] = [0.0 if lost else 1.0, 1.0, 1.0 if lost else 0.0]
             due = ((self.every_steps and self.steps_since >= self.every_steps)
                    or (self.every_s and now - self.last_checkpoint >= self.every_s))
@@ -107,5 +114,12 @@ class StepBoundary:
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
             flags = tensor.tolist()
         self.until_sync = int(flags[3])
-        drain = bool(flags[4]) and not flags[1] and not flags[2]
-        return Decision(checkpoint=bool(flags[0]) or drain, stop=bool(flags[1]), lost=bool(flags[2]), drain=drain)
+        if flags[2]:
+            return Decision(ending=Ending.LEASE_LOST, reason=self.reason or "the run's lease was lost")
+        if flags[1]:
+            return Decision(checkpoint=True, ending=Ending.STOPPED, reason=self.reason or "stop requested")
+        if flags[4]:
+            from raytrain.drain import DRAIN_MESSAGE
+
+            return Decision(checkpoint=True, ending=Ending.DRAINING, reason=DRAIN_MESSAGE)
+        return Decision(checkpoint=bool(flags[0]))

@@ -1,0 +1,58 @@
+"""rayinternals.node_is_draining against a real two-node Ray cluster: the GCS reports the busy worker node
+DRAINING (asked about that node alone) once it is drained, and never the head."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from raytrain.processes import kill_pids, pids_mentioning
+
+pytestmark = pytest.mark.integration
+
+PROBE = textwrap.dedent("""
+    import sys, time, ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from raytrain import rayinternals
+    from ray._private import worker as w
+    ray.init(address=sys.argv[1])
+    head = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == "127.0.0.1"][0]
+    node = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head][0]
+
+    @ray.remote(num_cpus=1)
+    class Busy:  # a drained idle node exits at once: keep this one busy
+        def ping(self):
+            return 1
+
+    busy = Busy.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+    ray.get(busy.ping.remote())
+    print("before", rayinternals.node_is_draining(node), flush=True)
+    w.global_worker.gcs_client.drain_node(node, 2, "test", int((time.time() + 60) * 1000))
+    deadline = time.time() + 10
+    while not rayinternals.node_is_draining(node) and time.time() < deadline:
+        time.sleep(0.2)
+    print("after", rayinternals.node_is_draining(node), rayinternals.node_is_draining(head), flush=True)
+""")
+
+
+def test_the_gcs_says_draining_for_the_drained_node_only(tmp_path):
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    port = "6391"
+    temp = str(tmp_path / "ray")
+    try:
+        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={temp}",
+                        "--node-ip-address=127.0.0.1", "--include-dashboard=false"], check=True, env=env,
+                       capture_output=True, timeout=120)
+        subprocess.run([ray, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--node-ip-address=127.0.0.2",
+                        f"--temp-dir={temp}"], check=True, env=env, capture_output=True, timeout=120)
+        probe = subprocess.run([sys.executable, "-c", PROBE, f"127.0.0.1:{port}"], capture_output=True, text=True,
+                               env=env, timeout=180)
+        lines = [line for line in probe.stdout.splitlines() if line.startswith(("before", "after"))]
+        assert lines == ["before False", "after True False"], probe.stdout + probe.stderr
+    finally:  # only this test's Ray processes (they all name its temp dir): never another cluster on the machine
+        kill_pids(pids_mentioning(temp), grace=3.0)
