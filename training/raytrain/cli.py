@@ -285,6 +285,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (cluster/vmnode.py)."""
     from raytrain.cluster import localcluster, vmnode
     from raytrain.cluster.dashboard import alive_nodes, wait_dashboard
+    from raytrain.cluster import raynode
     from raytrain.cluster.raynode import ClusterError, Ports
 
     try:
@@ -332,8 +333,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                 print(f"{node['node_ip']:<16} {'head' if node.get('is_head_node') else 'worker':<7} "
                       f"{node.get('resources_total')}")
             return EXIT_OK
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env = raynode.bare_environ(os.environ)
         if args.token_file:
             env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(Path(args.token_file).absolute()))
         return vmnode.submit_training(args.config, args.address, args.name, args.storage, env)

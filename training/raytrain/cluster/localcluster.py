@@ -39,7 +39,8 @@ from raytrain.processes import (
     tree_pids,
 )
 from raytrain.validator.quantity import QuantityError
-from raytrain.cluster.raynode import ClusterError, Ports, ray_start_command
+from raytrain import files
+from raytrain.cluster.raynode import ClusterError, Ports, bare_environ, ray_start_command
 from raytrain.validator.shape import NodeSpec, ShapeError, node_spec, start_replicas
 
 
@@ -310,10 +311,11 @@ class LocalCluster:
                        "temp_dir": n.temp_dir, "log": n.log, "ports": asdict(n.ports), "env": n.spec.env,
                        "pre_stop": n.spec.pre_stop, "grace_seconds": n.spec.grace_seconds} for n in self.nodes],
         }
-        tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.chmod(0o600)  # the nodes' container env, as the manifest gave it
-        tmp.replace(self.run_dir / "state.json")
+        def write(tmp: Path) -> None:
+            tmp.write_text(json.dumps(state, indent=1))
+            tmp.chmod(0o600)  # the nodes' container env, as the manifest gave it
+
+        files.write_atomic(self.run_dir / "state.json", write)
 
     def mark_keep(self) -> None:
         self.keep = True
@@ -530,11 +532,9 @@ def delete_node(state_file: Path, name: str, grace: float | None = None, out: IO
     outcome: dict = {"node": name, "grace_seconds": grace, "pre_stop": node.get("pre_stop") or [],
                      "pre_stop_rc": None, "pre_stop_output": "", "pre_stop_s": 0.0, "killed": [], "ended_s": None}
     if outcome["pre_stop"]:
-        env = _node_env({k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"},
-                        node.get("env") or {}, state.get("token_path"), node.get("netns"))
+        env = _node_env(bare_environ(os.environ), node.get("env") or {}, state.get("token_path"), node.get("netns"))
         # Ray's temp dir of this node, as Ray itself reads it: in a pod it is the pod's own /tmp/ray.
         env["RAY_TMPDIR"] = node["temp_dir"]
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         cmd = outcome["pre_stop"]
         if node.get("netns"):
             cmd = ["ip", "netns", "exec", node["netns"], *cmd]

@@ -4,7 +4,11 @@ needs where several share one machine. Local clusters and plain VMs (`raytrain c
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 from dataclasses import dataclass
 
 from raytrain.validator.shape import NodeSpec
@@ -87,3 +91,12 @@ def ray_start_command(spec: NodeSpec, *, ray_bin: str, node_ip: str, temp_dir: s
     for key, value in sorted(spec.params.items()):
         cmd.append(f"--{key}" if key in FLAG_PARAMS and value.lower() in ("true", "") else f"--{key}={value}")
     return cmd
+
+
+def bare_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment for a Ray node or job of ours: the caller's, without its Ray address and credentials (a node
+    joins the cluster it is told to, with the token it is given), and this venv's bin first on PATH (`ray`,
+    `raytrain`)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env

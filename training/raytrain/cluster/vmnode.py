@@ -18,7 +18,7 @@ from typing import IO
 
 from raytrain.cluster.dashboard import wait_dashboard
 from raytrain.processes import kill_pids, pids_mentioning, process_start, tree_pids
-from raytrain.cluster.raynode import ClusterError, Ports, ray_start_command
+from raytrain.cluster.raynode import ClusterError, Ports, bare_environ, ray_start_command
 from raytrain.validator.shape import NodeSpec
 from raytrain.cluster.submitter import submitter_script
 
@@ -57,8 +57,7 @@ def start_vm_node(*, head_address: str | None, temp_dir: Path, node_ip: str, num
     cmd = ray_start_command(spec, ray_bin=str(Path(sys.executable).parent / "ray"), node_ip=node_ip,
                             temp_dir=str(temp_dir / "ray"), ports=ports, head_address=head_address,
                             dashboard_host=node_ip)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env = bare_environ(os.environ)
     if auth:
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
     log = temp_dir / "node.log"
