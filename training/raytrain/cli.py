@@ -108,6 +108,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.attempt import run_attempt
     from raytrain.launcher import RayTrainer
 
+    # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134) before the
+    # attempt can end cleanly; it reads this when Ray is first imported, so before anything else. (Ray's processes
+    # inherit it: a crash there is still reported by Ray.)
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     cfg = _load(args)
     trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job())
     return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
@@ -127,6 +131,7 @@ def cmd_local(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from raytrain.tune import load_search, resolve_search_path, tune_run
 
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # as for `run`: a SIGTERM ends it cleanly
     cfg = _load(args)
     search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
     summary = tune_run(cfg, search, address=_address(args), in_submitted_job=_in_submitted_job())

@@ -210,9 +210,6 @@ class RayTrainer:
         from ray.train import ControllerError, TrainingFailedError
 
         cfg, run_dir = self.cfg, records.run_dir
-        # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134) before
-        # the attempt can end cleanly. (Ray's processes inherit it: a crash there is still reported by Ray.)
-        os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
         if self.owns_ray:
             connected = connect_for(cfg, self.address, self.in_submitted_job)
             console.info("connected", f"{connected}; run directory {run_dir}", out=self.out, run_dir=str(run_dir))
