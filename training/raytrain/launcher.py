@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import checkpoints, console, preflight, runs
+from raytrain import checkpoints, console, preflight, runs, scaleup
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
-from raytrain.sizing import size_workers
 
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
@@ -209,7 +208,8 @@ def train(cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdou
     connected = connect_for(cfg, address, in_submitted_job)
     console.info("connected", f"{connected}; run directory {run_dir}", out=out, run_dir=str(run_dir))
     try:
-        per_worker = size_workers(cfg, alive_node_resources())
+        # Sized against what an autoscaler can still add, waiting for it (scaleup.py), else the nodes up now.
+        per_worker = scaleup.size_on_cluster(cfg, alive_node_resources, out=out)
     except LaunchError as err:
         runs.write_result(run_dir, summarize(run_dir, "failed", started, str(err)))
         raise
