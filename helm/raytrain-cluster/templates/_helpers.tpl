@@ -128,8 +128,14 @@ spec:
       securityContext:
         {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
       {{- $fd := $root.Values.failureDetection }}
-      {{- if or $v.env (and .head $fd.enabled) }}
+      {{- if or $v.env .head }}
       env:
+        {{- if .head }}
+        # Read by the job supervisor on the head (Ray 2.55 dashboard/modules/job/job_supervisor.py): how long a
+        # stopped job's driver (RayJob deleted, `ray job stop`) has after SIGTERM before SIGKILL; Ray's 3 s is
+        # shorter than the checkpoint raytrain takes on SIGTERM.
+        - {name: RAY_JOB_STOP_WAIT_TIME_S, value: {{ $root.Values.jobStopWaitSeconds | int | quote }}}
+        {{- end }}
         {{- if and .head $fd.enabled }}
         # Read by the GCS on the head: how fast a lost node is declared dead (see values: failureDetection).
         - {name: RAY_health_check_period_ms, value: {{ $fd.healthCheckPeriodMs | int | quote }}}
@@ -144,6 +150,9 @@ spec:
         - {name: gcs-server, containerPort: 6379}
         - {name: dashboard, containerPort: 8265}
         - {name: client, containerPort: 10001}
+        # Ray 2.55's AUTOSCALER_METRIC_PORT and DASHBOARD_METRIC_PORT (the names KubeRay's PodMonitor scrapes).
+        - {name: as-metrics, containerPort: 44217}
+        - {name: dash-metrics, containerPort: 44227}
         {{- end }}
         - {name: metrics, containerPort: 8080}
       resources:
