@@ -62,6 +62,8 @@ def test_a_cluster_that_can_grow_sizes_workers_at_their_full_size(overrides, exp
 
 def test_the_autoscaler_is_asked_for_every_worker_and_ray_datas_cpu():
     linear = load_config("linear")
-    assert scale_up_bundles(linear, {"CPU": 1.0}) == [{"CPU": 1.0}] * 3
+    bundles = scale_up_bundles(linear, {"CPU": 1.0})
+    assert bundles == [{"CPU": 1}] * 3 and all(type(v) is int for b in bundles for v in b.values())  # Ray's type
+    assert scale_up_bundles(linear, {"CPU": 0.5, "GPU": 1.0}) == [{"CPU": 1, "GPU": 1}] * 3
     digits = load_config("digits")  # data.loader: ray keeps a CPU for Ray Data's tasks
-    assert scale_up_bundles(digits, {"CPU": 1.0}) == [{"CPU": 1.0}] * digits.scaling.num_workers + [{"CPU": 1.0}]
+    assert scale_up_bundles(digits, {"CPU": 1.0}) == [{"CPU": 1}] * digits.scaling.num_workers + [{"CPU": 1}]

@@ -72,9 +72,11 @@ def grown_per_worker(cfg: RunConfig) -> dict[str, float]:
     return per_worker
 
 
-def scale_up_bundles(cfg: RunConfig, per_worker: dict[str, float]) -> list[dict[str, float]]:
-    """What to ask the autoscaler for: one bundle per worker, plus the CPU kept for Ray Data's tasks."""
-    bundles = [dict(per_worker) for _ in range(cfg.scaling.num_workers)]
+def scale_up_bundles(cfg: RunConfig, per_worker: dict[str, float]) -> list[dict[str, int]]:
+    """What to ask the autoscaler for: one bundle per worker, plus the CPU kept for Ray Data's tasks. Whole units:
+    Ray's request_resources takes integers only (a fractional cpus_per_worker asks for a whole CPU each)."""
+    bundle = {name: math.ceil(amount) for name, amount in per_worker.items() if amount > 0}
+    bundles = [dict(bundle) for _ in range(cfg.scaling.num_workers)]
     if cfg.data.loader == "ray":
-        bundles.append({"CPU": 1.0})
+        bundles.append({"CPU": 1})
     return bundles
