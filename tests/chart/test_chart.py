@@ -598,3 +598,38 @@ def test_a_drain_evicts_one_ray_pod_at_a_time():
     assert by_kind(render(**{"podDisruptionBudget.enabled": False}), "PodDisruptionBudget") == []
     with pytest.raises(ChartError, match="/podDisruptionBudget/maxUnavailable"):
         render(**{"podDisruptionBudget.maxUnavailable": 0})
+
+
+SPOT_WINDOWS = [
+    # (values, the group warned about and the label, or None) -- the VM's notice against the 60 s grace period
+    ({"worker": {"nodeSelector": {"cloud.google.com/gke-spot": "true"}}}, ("worker", "cloud.google.com/gke-spot")),
+    ({"worker": {"tolerations": [{"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
+                                  "value": "spot", "effect": "NoSchedule"}]}},
+     ("worker", "kubernetes.azure.com/scalesetpriority")),
+    ({"head": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "cloud.google.com/gke-preemptible", "operator": "In", "values": ["true"]}]}]}}}}},
+     ("head", "cloud.google.com/gke-preemptible")),
+    ({"worker": {"nodeSelector": {"eks.amazonaws.com/capacityType": "SPOT"}}}, None),  # 120 s notice: 60 s fits
+    ({"worker": {"nodeSelector": {"eks.amazonaws.com/capacityType": "SPOT"}}, "terminationGracePeriodSeconds": 150,
+      "preStopDrain": {"marginSeconds": 10}}, ("worker", "eks.amazonaws.com/capacityType")),
+    ({"worker": {"nodeSelector": {"kubernetes.azure.com/scalesetpriority": "regular"}}}, None),  # not spot
+    ({"worker": {"nodeSelector": {"cloud.google.com/gke-spot": "true"}}, "terminationGracePeriodSeconds": 25,
+      "preStopDrain": {"marginSeconds": 5}}, None),  # fits the 30 s notice
+    ({}, None),
+]
+
+
+@pytest.mark.parametrize("values, warned", SPOT_WINDOWS)
+def test_notes_warn_when_a_spot_nodes_notice_is_shorter_than_the_grace_period(values, warned):
+    """Issue #28 item 10: where the node kind can be known from the values (the clouds' spot labels), NOTES says
+    when the VM's notice cannot hold the preStop drain, and how to fit it."""
+    text = notes(**values)
+    warnings = [line.strip() for line in text.splitlines() if "notice before it goes" in line]
+    if warned is None:
+        assert warnings == [], warnings
+    else:
+        group, label = warned
+        [line] = warnings
+        assert line.startswith(f"WARNING: {group} runs on ") and f"({label})" in line
+        assert "--set terminationGracePeriodSeconds=" in line and "preStopDrain.marginSeconds=5" in line
+

@@ -237,3 +237,39 @@ refuses root's chown: then it says which export settings avoid the whole step.
     - name: shared
       mountPath: {{ $path }}
 {{- end }}
+
+{{/*
+Groups placed on spot/preemptible nodes whose shutdown notice is shorter than terminationGracePeriodSeconds: there the
+VM goes before the preStop drain's worst case, and a run can lose the steps since its last checkpoint. Known from the
+labels each cloud puts on such nodes (in a group's nodeSelector, tolerations or required node affinity); the notice is
+the VM's (GCE preemption: 30 s; Azure Scheduled Events eviction: 30 s; EC2 spot interruption: 120 s), which kubelet's
+graceful node shutdown shares with system pods. As {"groups": [{key, label, provider, notice}]}.
+*/}}
+{{- define "raytrain.spotWindows" -}}
+{{- $known := dict
+  "cloud.google.com/gke-spot" (dict "provider" "GKE Spot VM" "notice" 30 "values" (list "true"))
+  "cloud.google.com/gke-preemptible" (dict "provider" "GKE preemptible VM" "notice" 30 "values" (list "true"))
+  "kubernetes.azure.com/scalesetpriority" (dict "provider" "AKS spot" "notice" 30 "values" (list "spot"))
+  "eks.amazonaws.com/capacityType" (dict "provider" "EKS spot" "notice" 120 "values" (list "SPOT"))
+  "karpenter.sh/capacity-type" (dict "provider" "Karpenter spot" "notice" 120 "values" (list "spot")) }}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $found := list }}
+{{- range $g := (include "raytrain.rayGroups" . | fromJson).groups }}
+{{- $v := $g.values }}
+{{- $pairs := list }}
+{{- range $k, $val := (default dict $v.nodeSelector) }}{{ $pairs = append $pairs (list $k (toString $val)) }}{{ end }}
+{{- range $t := (default list $v.tolerations) }}{{ $pairs = append $pairs (list (toString (dig "key" "" $t)) (toString (dig "value" "" $t))) }}{{ end }}
+{{- range $term := (dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" list (default dict $v.affinity)) }}
+{{- range $e := (default list $term.matchExpressions) }}{{ if eq (toString $e.operator) "In" }}{{ range $val := $e.values }}{{ $pairs = append $pairs (list (toString $e.key) (toString $val)) }}{{ end }}{{ end }}{{ end }}
+{{- end }}
+{{- $hit := "" }}
+{{- range $p := $pairs }}
+{{- $spot := get $known (index $p 0) }}
+{{- if and $spot (not $hit) (or (eq (index $p 1) "") (has (index $p 1) $spot.values)) (lt (int $spot.notice) $grace) }}
+{{- $hit = index $p 0 }}
+{{- $found = append $found (dict "key" $g.key "label" $hit "provider" $spot.provider "notice" $spot.notice) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "groups" $found) }}
+{{- end }}
