@@ -111,3 +111,33 @@ def test_a_run_on_a_cluster_scaled_to_zero_asks_the_autoscaler_waits_and_trains(
             size_on_cluster(too_big, alive_node_resources, timeout_s=3)
     finally:
         ray.shutdown()
+
+
+def test_a_cluster_without_an_autoscaler_is_not_waited_on():
+    """Ray starts a monitor on every head, also without autoscaling (an embedded Ray, a KubeRay cluster without
+    enableInTreeAutoscaling): it only mirrors the nodes and can add none, so a job that can never fit still fails
+    at once, as before."""
+    import time
+
+    import ray
+    from ray._private import ray_constants
+    from ray.experimental import internal_kv
+
+    from raytrain.config import load_config
+    from raytrain.errors import LaunchError
+    from raytrain.launcher import alive_node_resources
+    from raytrain.scaleup import autoscaler_running, size_on_cluster
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    try:
+        deadline = time.monotonic() + 60
+        while not internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS):  # the monitor has reported
+            assert time.monotonic() < deadline, "Ray's monitor never wrote its status"
+            time.sleep(0.5)
+        assert not autoscaler_running()
+        started = time.monotonic()
+        with pytest.raises(LaunchError, match="can never be scheduled"):
+            size_on_cluster(load_config("linear", ["scaling.cpus_per_worker=4"]), alive_node_resources)
+        assert time.monotonic() - started < 10
+    finally:
+        ray.shutdown()

@@ -7,6 +7,7 @@ autoscaler it sizes as before."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -23,16 +24,22 @@ POLL_S = 2.0
 
 
 def autoscaler_running() -> bool:
-    """Whether an autoscaler watches this cluster: Ray's v1 monitor writes its status to the GCS's internal KV on
-    every update (ray/autoscaler/_private/monitor.py, DEBUG_AUTOSCALING_STATUS); v2 sets its enabled key
-    (ray/autoscaler/v2/utils.py, is_autoscaler_v2). KubeRay's `enableInTreeAutoscaling` runs one of them in the
-    head pod."""
+    """Whether an autoscaler that can add nodes watches this cluster. Ray starts a v1 monitor on every head (`ray
+    start --head`, an embedded `ray.init`) and it writes its status to the GCS's internal KV
+    (ray/autoscaler/_private/monitor.py, DEBUG_AUTOSCALING_STATUS); without an autoscaling config it only mirrors the
+    nodes, each as a node type of its own (util.py format_readonly_node_type), and can add none. KubeRay's
+    `enableInTreeAutoscaling` runs a real one (its sidecar; the node types are the groups), or v2, which sets its
+    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2)."""
     from ray._private import ray_constants
+    from ray.autoscaler._private.util import format_readonly_node_type
     from ray.autoscaler.v2.utils import is_autoscaler_v2
     from ray.experimental import internal_kv
 
-    return bool(internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)) or \
-        is_autoscaler_v2(fetch_from_server=True)
+    status = internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    if status:
+        mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
+        return any(node_type != format_readonly_node_type(node) for node, node_type in mapping.items())
+    return bool(is_autoscaler_v2(fetch_from_server=True))
 
 
 def _fits(cfg: RunConfig, per_worker: dict[str, float], nodes: list[dict]) -> bool:
