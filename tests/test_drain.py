@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,42 @@ def test_the_command_exits_0_when_nothing_trains_here():
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert "nothing to drain" in done.stderr + done.stdout
+
+
+def test_a_gcs_that_is_gone_is_not_waited_for():
+    """Cluster teardown: the head (and its GCS) can go before a worker's hook runs; Ray's GcsClient would retry
+    for ~35 s of the grace period, so the hook asks the port first."""
+    import socket
+    import time
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        assert drain.gcs_answers(address)
+    started = time.monotonic()
+    assert not drain.gcs_answers(address)  # closed now: refused at once
+    assert time.monotonic() - started < 2
+
+
+def test_the_hook_writes_to_the_ray_containers_own_stdout(tmp_path):
+    """kubelet drops an exec hook's output: the lines go to PID 1's stdout (`ray start --block`, what `kubectl
+    logs` shows). Here a process named like it stands in for the container's PID 1."""
+    log = tmp_path / "container.log"
+    with log.open("w") as stdout:
+        pid1 = subprocess.Popen(["bash", "-c", "sleep 30; true", "ray start --head --block"], stdout=stdout)
+    try:
+        deadline = time.monotonic() + 10
+        while "ray start" not in Path(f"/proc/{pid1.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        stream = drain.container_log(pid1.pid)
+        assert stream is not None
+        with stream:
+            stream.write("raytrain: preStop: node drained\n")
+        assert log.read_text() == "raytrain: preStop: node drained\n"
+    finally:
+        pid1.kill()
+        pid1.wait()
+    assert drain.container_log(os.getpid()) is None  # never our own stdout
+    assert drain.container_log(1) is None or "ray start" in Path("/proc/1/cmdline").read_text()

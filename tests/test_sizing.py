@@ -6,7 +6,8 @@ import pytest
 
 from raytrain.config import load_config
 from raytrain.errors import LaunchError
-from raytrain.sizing import auto_cpus_per_worker, data_reserve, size_workers, workers_that_fit
+from raytrain.sizing import (auto_cpus_per_worker, data_reserve, grown_per_worker, scale_up_bundles, size_workers,
+                             workers_that_fit)
 
 
 @pytest.mark.parametrize("nodes, workers, reserve, expected", [
@@ -48,3 +49,21 @@ def test_ray_data_keeps_a_cpu_only_where_there_is_more_than_one():
     assert data_reserve(ray_cfg, [{"CPU": 2.0}]) == 1.0
     assert data_reserve(ray_cfg, [{"CPU": 1.0}]) == 0.0
     assert data_reserve(load_config("linear"), [{"CPU": 8.0}]) == 0.0
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([], {"CPU": 1.0}),  # auto: its cap, not a share of the head alone
+    (["scaling.cpus_per_worker=2"], {"CPU": 2.0}),
+    (["scaling.use_gpu=true", "scaling.num_workers=2", "train.batch_size=24"], {"CPU": 1.0, "GPU": 1.0}),
+])
+def test_a_cluster_that_can_grow_sizes_workers_at_their_full_size(overrides, expected):
+    assert grown_per_worker(load_config("linear", overrides)) == expected
+
+
+def test_the_autoscaler_is_asked_for_every_worker_and_ray_datas_cpu():
+    linear = load_config("linear")
+    bundles = scale_up_bundles(linear, {"CPU": 1.0})
+    assert bundles == [{"CPU": 1}] * 3 and all(type(v) is int for b in bundles for v in b.values())  # Ray's type
+    assert scale_up_bundles(linear, {"CPU": 0.5, "GPU": 1.0}) == [{"CPU": 1, "GPU": 1}] * 3
+    digits = load_config("digits")  # data.loader: ray keeps a CPU for Ray Data's tasks
+    assert scale_up_bundles(digits, {"CPU": 1.0}) == [{"CPU": 1}] * digits.scaling.num_workers + [{"CPU": 1}]

@@ -17,9 +17,18 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "raytrain-cluster"
 
 VALUES_FILES = sorted(p.name for p in CHART.glob("values*.yaml"))
+# The image and the storage source, which the chart leaves to the installer; a shipped values file may set them too.
+CHOSEN = REPO / "tests" / "support" / "chosen-values.yaml"
+PUSHED = "registry.example.com/team/raytrain"
 
 
 def render(values_name: str | None = None, **set_values):
+    files = [CHOSEN] + ([CHART / values_name] if values_name and values_name != "values.yaml" else [])
+    return render_chart(CHART, files, set_values or None)
+
+
+def render_as_shipped(values_name: str | None = None, **set_values):
+    """The chart with only its own values (and set_values): nothing chosen for the installer."""
     files = [CHART / values_name] if values_name and values_name != "values.yaml" else []
     return render_chart(CHART, files, set_values or None)
 
@@ -72,7 +81,7 @@ def test_every_values_file_renders_a_secure_training_cluster(values_name):
 
 @pytest.mark.parametrize("values_name", VALUES_FILES)
 def test_strict_lint_is_clean(values_name):
-    files = [CHART / values_name] if values_name != "values.yaml" else []
+    files = [CHOSEN] + ([CHART / values_name] if values_name != "values.yaml" else [])
     assert lint_chart(CHART, files, strict=True) == []
 
 
@@ -82,13 +91,16 @@ def test_image_tag_and_ray_version_follow_the_pins_in_pyproject():
     ray_version = ray_pin.split("==")[1]
     [cluster] = by_kind(render(), "RayCluster")
     assert cluster["spec"]["rayVersion"] == ray_version
-    expected = f"ghcr.io/raytrain/raytrain:{project['version']}-ray{ray_version}"
+    tag = f"{project['version']}-ray{ray_version}"
     for _, group in groups(cluster):
-        assert group["template"]["spec"]["containers"][0]["image"] == expected
+        assert group["template"]["spec"]["containers"][0]["image"] == f"{PUSHED}:{tag}"
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == project["version"] and chart["version"] == project["version"]
+    # The manifests name the local build (kustomize's images: renames it), as values-kind.yaml does.
     for manifest in (REPO / "manifests").glob("rayjob*.yaml"):
-        assert f"image: {expected}" in manifest.read_text(), manifest
+        assert f"image: ghcr.io/raytrain/raytrain:{tag}" in manifest.read_text(), manifest
+    [kind] = by_kind(render_as_shipped("values-kind.yaml"), "RayCluster")
+    assert kind["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == f"ghcr.io/raytrain/raytrain:{tag}"
 
 
 def test_kind_values_hold_a_three_worker_job_on_one_node():
@@ -110,7 +122,8 @@ def test_gpu_values_add_a_gpu_group_with_the_gpu_image():
     assert container["image"].endswith("-ray2.55.1-gpu")
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert gpu["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
-    assert gpu["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # No GPU Feature Discovery label assumed: the GPU limit places the pods (managed clusters lack the label).
+    assert "nodeSelector" not in gpu["template"]["spec"]
 
 
 def test_nfs_storage_creates_a_bound_pv_and_claim():
@@ -152,7 +165,15 @@ def test_autoscaling_additional_groups_and_podmonitor():
     [highmem] = [g for name, g in groups(cluster) if name == "highmem"]
     assert highmem["rayStartParams"]["num-cpus"] == "8" and highmem["maxReplicas"] == 3
     [monitor] = by_kind(objects, "PodMonitor")
-    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "interval": "30s"}]
+    # KubeRay v1.7.0 config/prometheus/podMonitor.yaml: the cluster's name as ray_io_cluster (Ray's dashboards select
+    # by it), the nodes' metrics port and the head's autoscaler and dashboard metrics.
+    relabel = [{"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_ray_io_cluster"],
+                "targetLabel": "ray_io_cluster"}]
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": port, "interval": "30s", "relabelings": relabel}
+                                                      for port in ("metrics", "as-metrics", "dash-metrics")]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # kube-prometheus-stack's selector
+    head_ports = {p["name"]: p["containerPort"] for p in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert (head_ports["as-metrics"], head_ports["dash-metrics"], head_ports["metrics"]) == (44217, 44227, 8080)
     [policy] = by_kind(objects, "NetworkPolicy")
     assert {"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}],
             "ports": [{"protocol": "TCP", "port": 8265}, {"protocol": "TCP", "port": 10001}]} in policy["spec"]["ingress"]
@@ -218,9 +239,9 @@ def test_prestop_drain_follows_the_grace_period_and_can_be_turned_off():
     assert {tuple(c) for c in prestop_commands(render(terminationGracePeriodSeconds=120)).values()} == \
         {("raytrain", "drain", "--wait", "110")}
     margin = {"terminationGracePeriodSeconds": 30, "preStopDrain": {"marginSeconds": 5}}
-    assert {tuple(c) for c in prestop_commands(render_chart(CHART, (), margin)).values()} == \
+    assert {tuple(c) for c in prestop_commands(render(**margin)).values()} == \
         {("raytrain", "drain", "--wait", "25")}
-    assert set(prestop_commands(render_chart(CHART, (), {"preStopDrain": {"enabled": False}})).values()) == {None}
+    assert set(prestop_commands(render(preStopDrain={"enabled": False})).values()) == {None}
     docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
     [job] = [d for d in docs if d and d["kind"] == "RayJob"]
     cluster = job["spec"]["rayClusterSpec"]
@@ -272,7 +293,11 @@ def test_volume_permissions_script_chowns_once_and_explains_a_root_squashing_exp
 
 
 def ingress_8080(policy):
-    return [rule["from"] for rule in policy["spec"]["ingress"] if {"protocol": "TCP", "port": 8080} in rule.get("ports", [])]
+    """The peers admitted to Ray's metrics ports, which always go together (8080; the head's 44217 and 44227)."""
+    metrics = [{"protocol": "TCP", "port": port} for port in (8080, 44217, 44227)]
+    rules = [rule for rule in policy["spec"]["ingress"] if {"protocol": "TCP", "port": 8080} in rule.get("ports", [])]
+    assert all(rule["ports"] == metrics for rule in rules)
+    return [rule["from"] for rule in rules]
 
 
 def test_enabling_the_podmonitor_admits_its_prometheus_to_the_metrics_port_only():
@@ -294,7 +319,7 @@ def test_enabling_the_podmonitor_admits_its_prometheus_to_the_metrics_port_only(
 
 def notes(**set_values) -> str:
     """NOTES.txt as `helm install` prints it (render_chart leaves it out: it is no Kubernetes object)."""
-    values = load_values((), set_values)
+    values = load_values((CHOSEN,), set_values)
     with helm.Chart.load(CHART) as chart:
         rendered = chart.render(values=values, name="raytrain", namespace="default", is_install=True)
     [text] = [text for name, text in rendered.items() if name.endswith("NOTES.txt")]
@@ -360,7 +385,7 @@ BAD_VALUES = [
 @pytest.mark.parametrize("values,expected", BAD_VALUES, ids=[e for _, e in BAD_VALUES])
 def test_bad_values_fail_with_a_clear_message(values, expected):
     with pytest.raises(ChartError) as caught:
-        render_chart(CHART, (), values)
+        render_chart(CHART, (CHOSEN,), values)
     assert expected in str(caught.value)
 
 
@@ -437,3 +462,174 @@ def test_the_standalone_rayjob_sets_the_same_failure_detection_on_its_head():
     [job] = [d for d in docs if d and d["kind"] == "RayJob"]
     env = group_env(job["spec"]["rayClusterSpec"]["headGroupSpec"])
     assert {k: env.get(k) for k in FAILURE_DETECTION_ENV} == FAILURE_DETECTION_ENV
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A managed cluster (EKS, GKE, AKS, a shared one): what the chart cannot choose for the installer, and the operator
+# wherever it was installed (issue 28).
+
+STORAGE_MESSAGE = "sharedStorage has no source"
+IMAGE_MESSAGE = "image.repository is empty"
+
+
+def test_the_defaults_refuse_naming_both_choices_and_every_way_out():
+    with pytest.raises(ChartError) as caught:
+        render_as_shipped()
+    text = str(caught.value)
+    assert "values to choose" in text and "invalid values" not in text
+    assert IMAGE_MESSAGE in text and "scripts/build-image --push" in text
+    assert STORAGE_MESSAGE in text and "gp2/gp3" in text and "standard-rwo" in text and "managed-csi" in text
+    for way in ("sharedStorage.nfs.server=", "sharedStorage.existingClaim=", "sharedStorage.storageClass="):
+        assert way in text
+
+
+STORAGE_CHOICES = [  # (values beside a pushed image, the claim the pods mount or None for hostPath, PVC created)
+    ({"sharedStorage": {"nfs": {"server": "10.0.0.5", "path": "/exports/raytrain"}}}, "raytrain-shared", True),
+    ({"sharedStorage": {"existingClaim": "team-rwx"}}, "team-rwx", False),
+    ({"sharedStorage": {"storageClass": "azurefile-csi"}}, "raytrain-shared", True),
+    ({"sharedStorage": {"hostPath": "/mnt/raytrain-shared"}}, None, False),
+]
+
+
+@pytest.mark.parametrize("values,claim,created", STORAGE_CHOICES, ids=["nfs", "existingClaim", "storageClass", "hostPath"])
+def test_any_one_storage_choice_renders(values, claim, created):
+    objects = render_chart(CHART, (), {"image": {"repository": PUSHED}, **values})
+    volumes = {name: [v for v in pod["volumes"] if v["name"] == "shared"][0] for name, pod in pod_specs(objects).items()}
+    for volume in volumes.values():
+        assert (volume.get("persistentVolumeClaim") or {}).get("claimName") == claim
+    assert bool(by_kind(objects, "PersistentVolumeClaim")) is created
+    if "storageClass" in values["sharedStorage"]:
+        [pvc] = by_kind(objects, "PersistentVolumeClaim")
+        assert pvc["spec"]["storageClassName"] == "azurefile-csi" and pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_storage_chosen_but_no_image_still_refuses_and_so_does_storage_off_with_no_image():
+    for values in ({"sharedStorage": {"storageClass": "efs-sc"}}, {"sharedStorage": {"enabled": False}}):
+        with pytest.raises(ChartError) as caught:
+            render_chart(CHART, (), values)
+        assert IMAGE_MESSAGE in str(caught.value) and STORAGE_MESSAGE not in str(caught.value)
+    render_chart(CHART, (), {"image": {"repository": PUSHED}, "sharedStorage": {"enabled": False}})  # no storage: no source needed
+
+
+def test_notes_name_the_claim_the_pods_wait_on():
+    text = notes(**{"sharedStorage.storageClass": "efs-sc"})
+    assert "waits for the PersistentVolumeClaim raytrain-shared (StorageClass efs-sc, ReadWriteMany)" in text
+    assert "describe pvc raytrain-shared" in text
+    assert "PersistentVolumeClaim team-rwx (yours)" in notes(**{"sharedStorage.existingClaim": "team-rwx"})
+    assert "PersistentVolumeClaim" not in notes(**{"sharedStorage.hostPath": "/mnt/x"})
+    assert "newName: registry.example.com/team/raytrain" in text  # the RayJob is told the same image
+
+
+def operator_rule(policy):
+    [rule] = [r for r in policy["spec"]["ingress"] if any("namespaceSelector" in p and "podSelector" in p
+                                                          and "kuberay" in json.dumps(p) for p in r["from"])]
+    return rule
+
+
+def test_the_operator_is_admitted_by_its_pod_labels_in_any_namespace():
+    """The kuberay-operator chart labels its pods app.kubernetes.io/name: kuberay-operator (v1.7.0
+    helm-chart/kuberay-operator/templates/deployment.yaml); production installs use a namespace of its own."""
+    [policy] = by_kind(render(), "NetworkPolicy")
+    rule = operator_rule(policy)
+    assert rule["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}}]
+    assert {p["port"] for p in rule["ports"]} == {8265, 10001}
+    [policy] = by_kind(render(**{"networkPolicy.operatorNamespace": "kuberay-system"}), "NetworkPolicy")
+    assert operator_rule(policy)["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}
+
+
+def test_submitters_are_admitted_by_the_label_kuberay_gives_every_one():
+    [policy] = by_kind(render(), "NetworkPolicy")
+    rules = [r for r in policy["spec"]["ingress"] if r["from"] == [{"podSelector": {"matchLabels": {"ray.io/originated-from-crd": "RayJob"}}}]]
+    assert [r["ports"] for r in rules] == [[{"protocol": "TCP", "port": 8265}]]
+
+
+def test_the_api_server_is_admitted_for_an_operator_that_goes_through_its_proxy():
+    peers = [{"ipBlock": {"cidr": "172.16.0.0/28"}}]
+    [policy] = by_kind(render(**{"networkPolicy.apiServerFrom": peers}), "NetworkPolicy")
+    assert {"from": peers, "ports": [{"protocol": "TCP", "port": 8265}]} in policy["spec"]["ingress"]
+    [policy] = by_kind(render(), "NetworkPolicy")
+    assert not [r for r in policy["spec"]["ingress"] if any("ipBlock" in p for p in r["from"])]
+
+
+def test_an_operator_peer_that_would_admit_everyone_is_refused():
+    with pytest.raises(ChartError, match="operatorPodLabels is empty and networkPolicy.operatorNamespace too"):
+        render_chart(CHART, (CHOSEN,), {"networkPolicy": {"operatorPodLabels": None}})
+
+
+def test_a_stopped_job_s_driver_gets_the_time_to_checkpoint_on_the_head_and_in_the_standalone_job():
+    """Ray 2.55's job supervisor SIGKILLs a stopped job's driver RAY_JOB_STOP_WAIT_TIME_S after SIGTERM (default 3);
+    raytrain's driver takes up to STOP_GRACE_S to checkpoint and end."""
+    from raytrain.attempt import STOP_GRACE_S
+
+    objects = render()
+    assert int(head_env(objects)["RAY_JOB_STOP_WAIT_TIME_S"]) > STOP_GRACE_S
+    [cluster] = by_kind(objects, "RayCluster")
+    for name, group in groups(cluster)[1:]:
+        assert "RAY_JOB_STOP_WAIT_TIME_S" not in group_env(group), name
+    assert head_env(render(jobStopWaitSeconds=45))["RAY_JOB_STOP_WAIT_TIME_S"] == "45"
+    assert head_env(render(**{"failureDetection.enabled": False}))["RAY_JOB_STOP_WAIT_TIME_S"] == "30"
+    with pytest.raises(ChartError, match=r"jobStopWaitSeconds \(3\) must be above 20"):
+        render(jobStopWaitSeconds=3)
+    docs = yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text())
+    [job] = [d for d in docs if d and d["kind"] == "RayJob"]
+    assert group_env(job["spec"]["rayClusterSpec"]["headGroupSpec"])["RAY_JOB_STOP_WAIT_TIME_S"] == head_env(objects)["RAY_JOB_STOP_WAIT_TIME_S"]
+
+
+def test_an_upgrade_reaches_running_pods_and_leaves_the_autoscaler_s_replicas_alone():
+    """KubeRay v1.7.0 recreates pods on a spec change only with upgradeStrategy Recreate; its hash leaves out
+    replicas (utils.GenerateHashWithoutReplicasAndWorkersToDelete), which the autoscaler owns when it is on."""
+    [cluster] = by_kind(render(), "RayCluster")
+    assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
+    assert [g["replicas"] for _, g in groups(cluster)[1:]] == [2]
+    [cluster] = by_kind(render(upgradeStrategy="None"), "RayCluster")
+    assert cluster["spec"]["upgradeStrategy"] == {"type": "None"}
+    [cluster] = by_kind(render(**{"autoscaling.enabled": True}), "RayCluster")
+    [worker] = cluster["spec"]["workerGroupSpecs"]
+    assert "replicas" not in worker and (worker["minReplicas"], worker["maxReplicas"]) == (0, 4)
+    with pytest.raises(ChartError, match="/upgradeStrategy"):
+        render(upgradeStrategy="Rolling")
+
+
+def test_a_drain_evicts_one_ray_pod_at_a_time():
+    [budget] = by_kind(render(), "PodDisruptionBudget")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"] == {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                              "selector": {"matchLabels": {"ray.io/cluster": "raytrain"}}}
+    assert by_kind(render(**{"podDisruptionBudget.enabled": False}), "PodDisruptionBudget") == []
+    with pytest.raises(ChartError, match="/podDisruptionBudget/maxUnavailable"):
+        render(**{"podDisruptionBudget.maxUnavailable": 0})
+
+
+SPOT_WINDOWS = [
+    # (values, the group warned about and the label, or None) -- the VM's notice against the 60 s grace period
+    ({"worker": {"nodeSelector": {"cloud.google.com/gke-spot": "true"}}}, ("worker", "cloud.google.com/gke-spot")),
+    ({"worker": {"tolerations": [{"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal",
+                                  "value": "spot", "effect": "NoSchedule"}]}},
+     ("worker", "kubernetes.azure.com/scalesetpriority")),
+    ({"head": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "cloud.google.com/gke-preemptible", "operator": "In", "values": ["true"]}]}]}}}}},
+     ("head", "cloud.google.com/gke-preemptible")),
+    ({"worker": {"nodeSelector": {"eks.amazonaws.com/capacityType": "SPOT"}}}, None),  # 120 s notice: 60 s fits
+    ({"worker": {"nodeSelector": {"eks.amazonaws.com/capacityType": "SPOT"}}, "terminationGracePeriodSeconds": 150,
+      "preStopDrain": {"marginSeconds": 10}}, ("worker", "eks.amazonaws.com/capacityType")),
+    ({"worker": {"nodeSelector": {"kubernetes.azure.com/scalesetpriority": "regular"}}}, None),  # not spot
+    ({"worker": {"nodeSelector": {"cloud.google.com/gke-spot": "true"}}, "terminationGracePeriodSeconds": 25,
+      "preStopDrain": {"marginSeconds": 5}}, None),  # fits the 30 s notice
+    ({}, None),
+]
+
+
+@pytest.mark.parametrize("values, warned", SPOT_WINDOWS)
+def test_notes_warn_when_a_spot_nodes_notice_is_shorter_than_the_grace_period(values, warned):
+    """Issue #28 item 10: where the node kind can be known from the values (the clouds' spot labels), NOTES says
+    when the VM's notice cannot hold the preStop drain, and how to fit it."""
+    text = notes(**values)
+    warnings = [line.strip() for line in text.splitlines() if "notice before it goes" in line]
+    if warned is None:
+        assert warnings == [], warnings
+    else:
+        group, label = warned
+        [line] = warnings
+        assert line.startswith(f"WARNING: {group} runs on ") and f"({label})" in line
+        assert "--set terminationGracePeriodSeconds=" in line and "preStopDrain.marginSeconds=5" in line
+

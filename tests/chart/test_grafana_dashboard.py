@@ -9,10 +9,11 @@ from pathlib import Path
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "raytrain-cluster"
 DASHBOARD = CHART / "dashboards" / "raytrain.json"
+CHOSEN = Path(__file__).resolve().parents[1] / "support" / "chosen-values.yaml"  # the image and storage the installer chooses
 
 
 def config_maps(**set_values):
-    return [o for o in render_chart(CHART, [], set_values or None) if o["kind"] == "ConfigMap"]
+    return [o for o in render_chart(CHART, [CHOSEN], set_values or None) if o["kind"] == "ConfigMap"]
 
 
 def test_off_by_default():
@@ -51,7 +52,7 @@ def test_strict_lint_is_clean_with_the_dashboard_on(tmp_path):
 ])
 def test_schema_rejects_bad_values(key, value):
     with pytest.raises(ChartError, match="grafanaDashboard"):
-        render_chart(CHART, [], {key: value})
+        render_chart(CHART, [CHOSEN], {key: value})
 
 
 def test_dashboard_is_a_grafana_dashboard_with_a_run_selector():

@@ -325,3 +325,38 @@ def test_loopback_addresses_without_namespaces(tmp_path):
     checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
     assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
     assert (shared / "nodes").read_text() == "2"
+
+
+def test_a_stopped_rayjob_checkpoints_ends_stopped_and_releases_its_lease(tmp_path):
+    """Deleting a RayJob (its finalizer stops the Ray job) and `ray job stop` are one path: Ray 2.55's job
+    supervisor SIGTERMs the driver and SIGKILLs it RAY_JOB_STOP_WAIT_TIME_S later (Ray's default 3 s). The chart's
+    head sets 30 s (jobStopWaitSeconds), and emulate gives its head the chart's container env: the run checkpoints,
+    records `stopped` with the signal, loses no completed step and releases its lease."""
+    job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml",
+                  job={"train": {"epochs": 400}, "data": {"num_samples": 4000}, "run": {"checkpoint_every_steps": 20}})
+    run = Emulation(str(job), "--values", str(KIND_VALUES))
+    run_id = run.run_id()
+    directory = run_dir(run_id, "linear")
+    run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= 2, 300, "epoch 2")
+    state = json.loads((localcluster.RUN_ROOT / run_id / "state.json").read_text())
+    [head] = [n for n in state["nodes"] if n["name"] == "head"]
+    assert head["env"]["RAY_JOB_STOP_WAIT_TIME_S"] == "30"  # the chart's head container env
+    ray = str(Path(sys.executable).parent / "ray")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"},
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_path"]}
+    listed = subprocess.run([ray, "job", "list", "--address", state["dashboard_url"]], capture_output=True, text=True,
+                            timeout=120, env=env)
+    [submission] = set(re.findall(r"submission_id='([^']+)'", listed.stdout)) or {None}
+    assert submission, listed.stdout + listed.stderr
+    stopped = subprocess.run([ray, "job", "stop", "--address", state["dashboard_url"], submission],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    code, output, seconds = run.finish()
+    result = json.loads((directory / "result.json").read_text())
+    assert result["status"] == "stopped" and result["signal"] == "SIGTERM", result
+    assert result["epochs_completed"] == max(checks.metrics_epochs(directory)), result  # nothing past the checkpoint
+    lease = json.loads((directory / "lease.json").read_text())
+    assert lease["released"] is True, lease
+    assert "did not stop within" not in output and "Traceback" not in output, output[-4000:]
+    print(f"stopped RayJob: {result['epochs_completed']} epoch(s), emulate exit {code}, {seconds:.0f}s")
+    assert_torn_down(run_id)

@@ -178,7 +178,7 @@ def test_the_manifests_it_applies_validate(tmp_path):
                 applied.append(path)
     assert applied == ["manifests/kind/nfs-server.yaml", "manifests/rayjob.yaml", "manifests/rayjob.yaml"], applied
     result = subprocess.run([RAYTRAIN, "validate", "manifests/kind-config.yaml", *sorted(set(applied)),
-                             "--crds", str(crd_dir())], cwd=REPO, capture_output=True, text=True, timeout=300)
+                             "--values", str(CHART / "values-kind.yaml"), "--crds", str(crd_dir())], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -18,6 +18,15 @@ REPO = Path(__file__).resolve().parents[2]
 OWN_CODE = REPO / "examples" / "own-code"
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl (with kustomize built in) is not installed")
+# The installer's choices the chart leaves open (a pushed image, a storage source): the default cluster shape.
+CHOSEN = REPO / "tests" / "support" / "chosen-values.yaml"
+LOCAL_IMAGE_NOTE = "the local build's name that no registry publishes"
+
+
+def job_yaml_notes(found):
+    """The notes about the project's run config (the other note says the image is still the local build's)."""
+    assert [p.field for p in found if LOCAL_IMAGE_NOTE in p.message] == ["spec.submitterPodTemplate.spec.containers[0].image"]
+    return [p for p in found if LOCAL_IMAGE_NOTE not in p.message]
 
 
 @pytest.fixture
@@ -65,9 +74,9 @@ def test_a_broken_kustomization_names_the_directory_and_kustomize_s_reason(own_c
 
 @needs_kubectl
 def test_validate_checks_the_project_without_its_code_and_says_so(crd_dir):
-    found = validate_paths([OWN_CODE], crd_dir)
+    found = validate_paths([OWN_CODE], crd_dir, values=CHOSEN)
     assert [p for p in found if p.is_error] == []
-    [note] = found
+    [note] = job_yaml_notes(found)
     assert note.severity == "note" and note.field == "data.job.yaml"
     assert "my_models.TinyConvNet" in note.message and "my_data.make_datasets" in note.message
     assert "(kubectl kustomize)" in note.file
@@ -77,22 +86,22 @@ def test_validate_checks_the_project_without_its_code_and_says_so(crd_dir):
 def test_validate_of_the_rendered_output_is_the_same(crd_dir, tmp_path):
     rendered = tmp_path / "rendered.yaml"
     rendered.write_text(kustomize_build(OWN_CODE))
-    found = validate_paths([rendered], crd_dir)
-    assert [p.severity for p in found] == ["note"]
+    found = validate_paths([rendered], crd_dir, values=CHOSEN)
+    assert [p.severity for p in job_yaml_notes(found)] == ["note"]
 
 
 @needs_kubectl
 def test_a_folder_holding_a_kustomization_renders_it_instead_of_reading_its_files(crd_dir, tmp_path):
     shutil.copytree(OWN_CODE, tmp_path / "projects" / "own-code")
-    found = validate_paths([tmp_path / "projects"], crd_dir)
-    assert [p.severity for p in found] == ["note"]  # job.yaml and kustomization.yaml are no objects of their own
+    found = validate_paths([tmp_path / "projects"], crd_dir, values=CHOSEN)
+    assert [p.severity for p in job_yaml_notes(found)] == ["note"]  # job.yaml and kustomization.yaml are no objects of their own
 
 
 @needs_kubectl
 def test_a_loss_of_the_project_s_own_is_in_the_note_too(crd_dir, own_code):
     job = own_code / "job.yaml"
     job.write_text(job.read_text().replace("loss: cross_entropy", "loss: {_component_: my_losses.focal, gamma: 2}"))
-    [note] = validate_paths([own_code], crd_dir)
+    [note] = job_yaml_notes(validate_paths([own_code], crd_dir, values=CHOSEN))
     assert note.severity == "note" and "train.loss: my_losses.focal" in note.message
 
 
@@ -112,9 +121,23 @@ def test_validate_finds_what_is_wrong_in_the_shipped_run_config(crd_dir, own_cod
     job = own_code / "job.yaml"
     assert edit[0] in job.read_text()
     job.write_text(job.read_text().replace(edit[0], edit[1], 1))
-    errors = [p for p in validate_paths([own_code], crd_dir) if p.is_error]
+    errors = [p for p in validate_paths([own_code], crd_dir, values=CHOSEN) if p.is_error]
     assert len(errors) == 1, f"{what}: {errors}"
     assert errors[0].field == field and text in errors[0].message, f"{what}: {errors[0]}"
+
+
+@needs_kubectl
+def test_the_kustomization_s_images_entry_is_the_one_place_the_image_is_named(crd_dir, own_code):
+    """kustomize's images: renames every container image under `containers` in any object, the RayJob's submitter
+    included: the project names the image it pushed once, in kustomization.yaml."""
+    text = (own_code / "kustomization.yaml").read_text()
+    (own_code / "kustomization.yaml").write_text(text.replace("    newName: ghcr.io/raytrain/raytrain",
+                                                              "    newName: registry.example.com/team/raytrain"))
+    [job] = [d for d in yaml.safe_load_all(kustomize_build(own_code)) if d["kind"] == "RayJob"]
+    [container] = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/team/raytrain:0.1.0-ray2.55.1"
+    found = validate_paths([own_code], crd_dir, values=CHOSEN)
+    assert [p for p in found if LOCAL_IMAGE_NOTE in p.message or p.is_error] == []
 
 
 # ---------------------------------------------------------------------------------------------- emulate

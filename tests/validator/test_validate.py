@@ -16,16 +16,35 @@ CHART = REPO / "helm" / "raytrain-cluster"
 MANIFESTS = REPO / "manifests"
 DATA = Path(__file__).parent / "data"
 DELETE = object()
+# The installer's choices the chart leaves open (a pushed image, a storage source): the default cluster shape.
+CHOSEN = REPO / "tests" / "support" / "chosen-values.yaml"
+
+
+def notes_about(problems, words):
+    return [p for p in problems if p.severity == "note" and words in p.message]
+
+
+LOCAL_IMAGE_NOTE = "the local build's name that no registry publishes"
+TO_CHOOSE_NOTE = "renders once the installer has chosen"
 
 
 def test_what_ships_validates(crd_dir):
-    assert validate_paths([CHART, MANIFESTS], crd_dir) == []
+    """No error; notes for what only the installer can choose: the chart's defaults and GPU overlay leave the image
+    and the storage open, and both RayJobs name the local build's image until kustomize renames it."""
+    problems = validate_paths([CHART, MANIFESTS], crd_dir, values=CHOSEN)
+    assert errors(problems) == []
+    assert sorted(p.file.rsplit("(values: ", 1)[-1] for p in notes_about(problems, TO_CHOOSE_NOTE)) == \
+        ["values-gpu.yaml)", "values.yaml)"]
+    assert sorted(p.obj for p in notes_about(problems, LOCAL_IMAGE_NOTE)) == ["RayJob/raytrain-linear",
+                                                                             "RayJob/raytrain-linear-standalone"]
+    assert len(problems) == 4
 
 
 @pytest.mark.parametrize("values_name", ["values.yaml", "values-gpu.yaml", "values-kind.yaml"])
 def test_each_values_file_and_its_rendered_yaml_validate(crd_dir, tmp_path, values_name):
-    assert validate_paths([CHART / values_name], crd_dir) == []
-    files = [CHART / values_name] if values_name != "values.yaml" else []
+    problems = validate_paths([CHART / values_name], crd_dir)
+    assert problems == [] if values_name == "values-kind.yaml" else [p.severity for p in problems] == ["note"]
+    files = [CHOSEN] + ([CHART / values_name] if values_name != "values.yaml" else [])
     rendered = tmp_path / "rendered.yaml"
     rendered.write_text(yaml.safe_dump_all(render_chart(CHART, files)))
     assert validate_paths([rendered], crd_dir) == []
@@ -33,7 +52,8 @@ def test_each_values_file_and_its_rendered_yaml_validate(crd_dir, tmp_path, valu
 
 @pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml"])
 def test_the_rayjobs_fit_the_kind_cluster(crd_dir, manifest):
-    assert validate_paths([MANIFESTS / manifest], crd_dir, values=CHART / "values-kind.yaml") == []
+    problems = validate_paths([MANIFESTS / manifest], crd_dir, values=CHART / "values-kind.yaml")
+    assert errors(problems) == [] and problems == notes_about(problems, LOCAL_IMAGE_NOTE)
 
 
 def errors(problems):
@@ -57,19 +77,20 @@ def test_a_worker_group_without_min_and_max_replicas_is_valid(crd_dir, tmp_path)
     """The CRD defaults them (0 and 2^31-1); the API server applies defaults before it checks what is required."""
     path = _write_broken(tmp_path, SA, [("RayJob", WORKER0 + ["minReplicas"], DELETE),
                                         ("RayJob", WORKER0 + ["maxReplicas"], DELETE)])
-    assert validate_paths([path], crd_dir) == []
+    assert errors(validate_paths([path], crd_dir)) == []
 
 
 def test_a_folder_holding_a_chart_renders_it(crd_dir):
     """`raytrain validate helm manifests`: helm/raytrain-cluster is rendered with each values file, not parsed."""
-    assert validate_paths([REPO / "helm", MANIFESTS], crd_dir) == []
+    problems = validate_paths([REPO / "helm", MANIFESTS], crd_dir, values=CHOSEN)
+    assert errors(problems) == [] and len(notes_about(problems, TO_CHOOSE_NOTE)) == 2
 
 
 def test_a_values_file_outside_the_chart(crd_dir, tmp_path):
     mine = tmp_path / "elsewhere" / "my-values.yaml"
     mine.parent.mkdir()
     mine.write_text((CHART / "values-kind.yaml").read_text())
-    assert validate_paths([MANIFESTS / "rayjob.yaml"], crd_dir, values=mine) == []  # --values /elsewhere/...
+    assert errors(validate_paths([MANIFESTS / "rayjob.yaml"], crd_dir, values=mine)) == []  # --values /elsewhere/...
     assert validate_paths([mine], crd_dir) == []  # rendered with the default chart
     assert validate_paths([mine], crd_dir, chart=CHART) == []
     mine.write_text("worker:\n  replicas: 9\n")
@@ -210,8 +231,6 @@ BROKEN = [
      "spec.runtimeEnvYAML", "has no working_dir"),
     ("ConfigMap not in the manifest set", RJ, [("drop", "ConfigMap", None)],
      "spec.submitterPodTemplate.spec.volumes", "not in this manifest set"),
-    ("submitter not admitted by the NetworkPolicy", RJ, [("RayJob", ["spec", "submitterPodTemplate", "metadata"], DELETE)],
-     "spec.submitterPodTemplate.metadata.labels", "does not admit the submitter"),
 ]
 
 
@@ -233,7 +252,7 @@ def _write_broken(tmp_path, manifest, edits):
 @pytest.mark.parametrize("case,manifest,edits,field,words", BROKEN, ids=[c[0] for c in BROKEN])
 def test_broken_manifests_give_their_error(crd_dir, tmp_path, case, manifest, edits, field, words):
     path = _write_broken(tmp_path, manifest, edits)
-    problems = validate_paths([path], crd_dir)
+    problems = validate_paths([path], crd_dir, values=CHOSEN)
     matching = [p for p in problems if p.field == field and words in str(p)]
     assert matching, f"{case}: expected {field!r} with {words!r}, got:\n" + "\n".join(map(str, problems))
     problem = matching[0]
@@ -244,8 +263,8 @@ def test_broken_manifests_give_their_error(crd_dir, tmp_path, case, manifest, ed
 def test_a_job_too_big_for_the_kind_cluster(crd_dir, tmp_path):
     path = _write_broken(tmp_path, RJ, [("job.yaml", "num_workers: 3", "num_workers: 4"),
                                         ("job.yaml", "cpus_per_worker: auto", "cpus_per_worker: 1")])
-    assert validate_paths([path], crd_dir) == []  # the default cluster (2 x 4 CPUs) holds it
-    [problem] = validate_paths([path], crd_dir, values=CHART / "values-kind.yaml")
+    assert errors(validate_paths([path], crd_dir, values=CHOSEN)) == []  # the default cluster (2 x 4 CPUs) holds it
+    [problem] = errors(validate_paths([path], crd_dir, values=CHART / "values-kind.yaml"))
     assert "this job can never be scheduled" in problem.message and "RayCluster raytrain" in problem.message
 
 
@@ -259,7 +278,7 @@ def test_a_bad_values_file_names_itself(crd_dir, tmp_path):
     bad.write_text("worker:\n  replicas: 9\n")
     [problem] = validate_paths([bad], crd_dir)
     assert "values-bad.yaml" in problem.file and "minReplicas <= replicas <= maxReplicas" in problem.message
-    assert len(validate_paths([chart], crd_dir)) == 1  # the chart dir renders with each of its values files
+    assert len(errors(validate_paths([chart], crd_dir))) == 1  # the chart dir renders with each of its values files
 
 
 def test_unreadable_inputs_are_problems_not_tracebacks(crd_dir, tmp_path):
@@ -271,3 +290,41 @@ def test_unreadable_inputs_are_problems_not_tracebacks(crd_dir, tmp_path):
     assert "does not exist" in problem.message
     [problem] = validate_paths([MANIFESTS], tmp_path)
     assert "cannot read KubeRay CRD" in problem.message and "RAYTRAIN_KUBERAY_CRDS" in problem.message
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A managed cluster (issue 28): the chart's cluster needs the installer's values; the submitter gets through the
+# NetworkPolicy by the label KubeRay gives it; the image the manifests still name is said.
+
+
+def test_a_rayjob_on_the_chart_s_cluster_without_the_install_values_says_to_give_them(crd_dir):
+    [problem] = errors(validate_paths([MANIFESTS / "rayjob.yaml"], crd_dir))
+    assert problem.field == "spec.clusterSelector" and "values to choose" in problem.message
+    assert "--values my-values.yaml" in problem.fix
+
+
+def test_a_submitter_without_labels_of_its_own_is_admitted_by_kuberay_s_label(crd_dir, tmp_path):
+    path = _write_broken(tmp_path, RJ, [("RayJob", ["spec", "submitterPodTemplate", "metadata"],
+                                         {"labels": {"team": "ml"}})])
+    assert errors(validate_paths([path], crd_dir, values=CHOSEN)) == []
+
+
+def test_a_submitter_the_network_policy_does_not_admit(crd_dir, tmp_path):
+    """A values file that admits only a label of raytrain's own: a submitter without it would time out."""
+    values = tmp_path / "my-values.yaml"
+    values.write_text(CHOSEN.read_text() + 'networkPolicy:\n  submitterPodLabels: {raytrain.io/submitter: "true"}\n')
+    [problem] = errors(validate_paths([MANIFESTS / "rayjob.yaml"], crd_dir, values=values))
+    assert problem.field == "spec.submitterPodTemplate.metadata.labels" and "does not admit the submitter" in problem.message
+    path = _write_broken(tmp_path, RJ, [("RayJob", ["spec", "submitterPodTemplate", "metadata"],
+                                         {"labels": {"raytrain.io/submitter": "true"}})])
+    assert errors(validate_paths([path], crd_dir, values=values)) == []
+
+
+@pytest.mark.parametrize("manifest,containers", [(RJ, 1), (SA, 3)])
+def test_a_rayjob_naming_the_local_build_gets_a_note_and_one_renamed_by_kustomize_none(crd_dir, tmp_path, manifest,
+                                                                                       containers):
+    [note] = notes_about(validate_paths([MANIFESTS / manifest], crd_dir, values=CHOSEN), LOCAL_IMAGE_NOTE)
+    assert f"({containers} container(s))" in note.message and "kustomization.yaml" in note.fix
+    renamed = _write_broken(tmp_path, manifest, [])
+    renamed.write_text(renamed.read_text().replace("ghcr.io/raytrain/raytrain:", "registry.example.com/team/raytrain:"))
+    assert notes_about(validate_paths([renamed], crd_dir, values=CHOSEN), LOCAL_IMAGE_NOTE) == []

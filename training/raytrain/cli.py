@@ -263,9 +263,16 @@ def cmd_emulate(args: argparse.Namespace) -> int:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """A Ray pod's preStop hook: drain this node, stop its raytrain drivers gracefully, wait for them (drain.py)."""
-    from raytrain.drain import drain
+    from raytrain.drain import container_log, drain
 
-    outcome = drain(args.wait, temp_dir=args.temp_dir, say=lambda line: console.info("drain", line))
+    log = container_log()  # kubelet keeps no hook output: `kubectl logs` shows these lines only through it
+
+    def say(line: str) -> None:
+        console.info("drain", line)
+        if log is not None:
+            console.info("drain", f"preStop: {line}", out=log)
+
+    outcome = drain(args.wait, temp_dir=args.temp_dir, say=say)
     return EXIT_OK if outcome["ended"] else EXIT_FAILED
 
 

@@ -38,7 +38,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TextIO
 
 from raytrain import files, rayinternals
 from raytrain.errors import RaytrainError
@@ -104,6 +104,33 @@ def this_raylet(temp_dir: str | None = None, table: dict | None = None) -> Local
 
 
 # ----------------------------------------------------------------------------------------- the preStop hook
+
+def gcs_answers(address: str, timeout_s: float = 1.0) -> bool:
+    """Whether the GCS still accepts connections. On a cluster's teardown the head pod (and its GCS) can be gone
+    before a worker's hook runs; Ray's GcsClient would then retry for about 35 s before giving up, all of it taken
+    from the grace period, for a drain that can no longer matter."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def container_log(pid: int = 1) -> TextIO | None:
+    """The Ray container's own stdout, where `kubectl logs` reads: kubelet discards what an exec hook prints (a
+    failing hook shows only as a FailedPreStopHook event), so the hook writes there too. That is PID 1's stdout
+    when PID 1 is KubeRay's `ray start ... --block` (common/pod.go); None anywhere else (a laptop, a VM, a test)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if pid == os.getpid() or "ray start" not in argv:
+            return None
+        return open(f"/proc/{pid}/fd/1", "a", buffering=1)
+    except OSError:
+        return None
+
 
 def request_gcs_drain(raylet: LocalRaylet, deadline_s: float, message: str) -> tuple[bool, str]:
     """Mark the node DRAINING in the GCS, as `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` does
@@ -181,7 +208,10 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
             say(f"head node {raylet.node_ip}: not drained in the GCS (the cluster ends with it); its drivers stop")
         else:
             write_notice(raylet, wait_s, reason)
-            accepted, rejection = request_gcs_drain(raylet, wait_s, reason)
+            if gcs_answers(raylet.gcs_address):
+                accepted, rejection = request_gcs_drain(raylet, wait_s, reason)
+            else:
+                accepted, rejection = False, f"the GCS at {raylet.gcs_address} does not answer: the cluster is going away"
             outcome["gcs_drain"] = accepted
             say(f"node {raylet.node_ip} ({raylet.node_id[:8]}) "
                 + ("marked DRAINING in the GCS: no new work goes there" if accepted else

@@ -19,11 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import console, preflight, runs
+from raytrain import console, preflight, runs, scaleup
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
-from raytrain.sizing import size_workers
 
 RAY_TRAIN_DIR = ".ray-train"
 
@@ -213,7 +212,8 @@ class RayTrainer:
         if self.owns_ray:
             connected = connect_for(cfg, self.address, self.in_submitted_job)
             console.info("connected", f"{connected}; run directory {run_dir}", out=self.out, run_dir=str(run_dir))
-        per_worker = self.per_worker or size_workers(cfg, alive_node_resources())
+        # Sized against what an autoscaler can still add, waiting for it (scaleup.py), else the nodes up now.
+        per_worker = self.per_worker or scaleup.size_on_cluster(cfg, alive_node_resources, out=self.out)
         trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
                                 on_cluster=self.address is not None)
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())

@@ -102,3 +102,24 @@ def local_raylets(table: dict) -> list[LocalRaylet]:
             gcs_address=_flag(cmd, "gcs-address"), session_dir=_flag(cmd, "session_dir"),
             temp_dir=_flag(cmd, "temp_dir"), is_head="node:__internal_head__" in _flag(cmd, "static_resource_list")))
     return found
+
+
+def autoscaler_can_add_nodes() -> bool:
+    """Whether an autoscaler that can add nodes watches this cluster. Ray starts a v1 monitor on every head (`ray
+    start --head`, an embedded `ray.init`) and it writes its status to the GCS's internal KV
+    (ray/autoscaler/_private/monitor.py, DEBUG_AUTOSCALING_STATUS); without an autoscaling config it only mirrors the
+    nodes, each as a node type of its own (util.py format_readonly_node_type), and can add none. KubeRay's
+    `enableInTreeAutoscaling` runs a real one (its sidecar; the node types are the groups), or v2, which sets its
+    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2)."""
+    import json
+
+    from ray._private import ray_constants
+    from ray.autoscaler._private.util import format_readonly_node_type
+    from ray.autoscaler.v2.utils import is_autoscaler_v2
+    from ray.experimental import internal_kv
+
+    status = internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    if status:
+        mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
+        return any(node_type != format_readonly_node_type(node) for node, node_type in mapping.items())
+    return bool(is_autoscaler_v2(fetch_from_server=True))

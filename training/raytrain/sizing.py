@@ -11,8 +11,6 @@ from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 
 
-
-
 def auto_cpus_per_worker(node_cpus: list[float], num_workers: int, reserve: float) -> float:
     """The largest share of a CPU, 1, 1/2, 1/3, ..., that lets every worker fit on the nodes as they are,
     after `reserve` CPUs are kept free (for Ray Data's tasks) on the largest node."""
@@ -61,3 +59,24 @@ def size_workers(cfg: RunConfig, nodes: list[dict]) -> dict[str, float]:
             f"per worker (scaling.cpus_per_worker, scaling.gpus_per_worker), or add worker nodes to the cluster."
         )
     return per_worker
+
+
+def grown_per_worker(cfg: RunConfig) -> dict[str, float]:
+    """Resources per worker on a cluster that can still grow (an autoscaler adds nodes): `cpus_per_worker: auto`
+    takes its cap, 1 CPU, instead of squeezing the workers into the nodes alive right now (which, on a cluster
+    scaled to zero, is the head alone)."""
+    s = cfg.scaling
+    per_worker = {"CPU": 1.0 if s.cpus_per_worker == "auto" else float(s.cpus_per_worker)}
+    if s.use_gpu:
+        per_worker["GPU"] = s.gpus_per_worker
+    return per_worker
+
+
+def scale_up_bundles(cfg: RunConfig, per_worker: dict[str, float]) -> list[dict[str, int]]:
+    """What to ask the autoscaler for: one bundle per worker, plus the CPU kept for Ray Data's tasks. Whole units:
+    Ray's request_resources takes integers only (a fractional cpus_per_worker asks for a whole CPU each)."""
+    bundle = {name: math.ceil(amount) for name, amount in per_worker.items() if amount > 0}
+    bundles = [dict(bundle) for _ in range(cfg.scaling.num_workers)]
+    if cfg.data.loader == "ray":
+        bundles.append({"CPU": 1})
+    return bundles

@@ -128,8 +128,14 @@ spec:
       securityContext:
         {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
       {{- $fd := $root.Values.failureDetection }}
-      {{- if or $v.env (and .head $fd.enabled) }}
+      {{- if or $v.env .head }}
       env:
+        {{- if .head }}
+        # Read by the job supervisor on the head (Ray 2.55 dashboard/modules/job/job_supervisor.py): how long a
+        # stopped job's driver (RayJob deleted, `ray job stop`) has after SIGTERM before SIGKILL; Ray's 3 s is
+        # shorter than the checkpoint raytrain takes on SIGTERM.
+        - {name: RAY_JOB_STOP_WAIT_TIME_S, value: {{ $root.Values.jobStopWaitSeconds | int | quote }}}
+        {{- end }}
         {{- if and .head $fd.enabled }}
         # Read by the GCS on the head: how fast a lost node is declared dead (see values: failureDetection).
         - {name: RAY_health_check_period_ms, value: {{ $fd.healthCheckPeriodMs | int | quote }}}
@@ -144,6 +150,9 @@ spec:
         - {name: gcs-server, containerPort: 6379}
         - {name: dashboard, containerPort: 8265}
         - {name: client, containerPort: 10001}
+        # Ray 2.55's AUTOSCALER_METRIC_PORT and DASHBOARD_METRIC_PORT (the names KubeRay's PodMonitor scrapes).
+        - {name: as-metrics, containerPort: 44217}
+        - {name: dash-metrics, containerPort: 44227}
         {{- end }}
         - {name: metrics, containerPort: 8080}
       resources:
@@ -227,4 +236,40 @@ refuses root's chown: then it says which export settings avoid the whole step.
   volumeMounts:
     - name: shared
       mountPath: {{ $path }}
+{{- end }}
+
+{{/*
+Groups placed on spot/preemptible nodes whose shutdown notice is shorter than terminationGracePeriodSeconds: there the
+VM goes before the preStop drain's worst case, and a run can lose the steps since its last checkpoint. Known from the
+labels each cloud puts on such nodes (in a group's nodeSelector, tolerations or required node affinity); the notice is
+the VM's (GCE preemption: 30 s; Azure Scheduled Events eviction: 30 s; EC2 spot interruption: 120 s), which kubelet's
+graceful node shutdown shares with system pods. As {"groups": [{key, label, provider, notice}]}.
+*/}}
+{{- define "raytrain.spotWindows" -}}
+{{- $known := dict
+  "cloud.google.com/gke-spot" (dict "provider" "GKE Spot VM" "notice" 30 "values" (list "true"))
+  "cloud.google.com/gke-preemptible" (dict "provider" "GKE preemptible VM" "notice" 30 "values" (list "true"))
+  "kubernetes.azure.com/scalesetpriority" (dict "provider" "AKS spot" "notice" 30 "values" (list "spot"))
+  "eks.amazonaws.com/capacityType" (dict "provider" "EKS spot" "notice" 120 "values" (list "SPOT"))
+  "karpenter.sh/capacity-type" (dict "provider" "Karpenter spot" "notice" 120 "values" (list "spot")) }}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- $found := list }}
+{{- range $g := (include "raytrain.rayGroups" . | fromJson).groups }}
+{{- $v := $g.values }}
+{{- $pairs := list }}
+{{- range $k, $val := (default dict $v.nodeSelector) }}{{ $pairs = append $pairs (list $k (toString $val)) }}{{ end }}
+{{- range $t := (default list $v.tolerations) }}{{ $pairs = append $pairs (list (toString (dig "key" "" $t)) (toString (dig "value" "" $t))) }}{{ end }}
+{{- range $term := (dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" list (default dict $v.affinity)) }}
+{{- range $e := (default list $term.matchExpressions) }}{{ if eq (toString $e.operator) "In" }}{{ range $val := $e.values }}{{ $pairs = append $pairs (list (toString $e.key) (toString $val)) }}{{ end }}{{ end }}{{ end }}
+{{- end }}
+{{- $hit := "" }}
+{{- range $p := $pairs }}
+{{- $spot := get $known (index $p 0) }}
+{{- if and $spot (not $hit) (or (eq (index $p 1) "") (has (index $p 1) $spot.values)) (lt (int $spot.notice) $grace) }}
+{{- $hit = index $p 0 }}
+{{- $found = append $found (dict "key" $g.key "label" $hit "provider" $spot.provider "notice" $spot.notice) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "groups" $found) }}
 {{- end }}

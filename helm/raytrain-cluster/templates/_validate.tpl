@@ -1,17 +1,53 @@
 {{/*
 validateValues: fail early, naming the value to change and how, on what values.schema.json cannot express.
 One named check per rule below; each prints its messages, one a line (nothing when the values are fine).
+Two kinds: values that are wrong, and values only the installer can choose (no default works on every cluster:
+where the image was pushed, where the shared volume comes from). `raytrain validate` tells the second kind by
+the heading "values to choose" when it checks the chart's own values files.
 */}}
 {{- define "raytrain.validateValues" -}}
-{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" }}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" }}
+{{- $choices := list "imageRepository" "storageSource" }}
 {{- $messages := list }}
 {{- range $check := $checks }}
 {{- range $line := splitList "\n" (include (printf "raytrain.validateValues.%s" $check) $) }}
 {{- if trim $line }}{{ $messages = append $messages (trim $line) }}{{ end }}
 {{- end }}
 {{- end }}
+{{- $toChoose := list }}
+{{- range $check := $choices }}
+{{- range $line := splitList "\n" (include (printf "raytrain.validateValues.%s" $check) $) }}
+{{- if trim $line }}{{ $toChoose = append $toChoose (trim $line) }}{{ end }}
+{{- end }}
+{{- end }}
+{{- $text := "" }}
 {{- if $messages }}
-{{- fail (printf "\n\nraytrain-cluster: invalid values:\n  - %s\n" (join "\n  - " $messages)) }}
+{{- $text = printf "\n\nraytrain-cluster: invalid values:\n  - %s\n" (join "\n  - " $messages) }}
+{{- end }}
+{{- if $toChoose }}
+{{- $text = printf "%s\n\nraytrain-cluster: values to choose (no default works on every cluster):\n  - %s\n" $text (join "\n  - " $toChoose) }}
+{{- end }}
+{{- if $text }}
+{{- fail $text }}
+{{- end }}
+{{- end }}
+
+{{/* Nothing publishes a raytrain image: the installer names the one they pushed (values-kind.yaml: the local build). */}}
+{{- define "raytrain.validateValues.imageRepository" -}}
+{{- if not .Values.image.repository }}
+image.repository is empty, and no registry publishes a raytrain image: push the one you build (IMAGE=registry.example.com/you/raytrain scripts/build-image --push) and --set image.repository=registry.example.com/you/raytrain (kind: -f values-kind.yaml names the local build that scripts/build-image --kind-load loads)
+{{- end }}
+{{- end }}
+
+{{/*
+No source: the chart would claim a ReadWriteMany volume of the cluster's default StorageClass, and the defaults of
+the managed clouds are ReadWriteOnce only (EKS gp2/gp3, GKE standard-rwo, AKS managed-csi): the claim and every Ray
+pod would stay Pending without a word. An explicit storageClass is the installer's statement that it is RWX-capable.
+*/}}
+{{- define "raytrain.validateValues.storageSource" -}}
+{{- $s := .Values.sharedStorage }}
+{{- if and $s.enabled (not $s.existingClaim) (not $s.nfs.server) (not $s.nfs.path) (not $s.hostPath) (not $s.storageClass) }}
+sharedStorage has no source, and the default StorageClass of EKS (gp2/gp3), GKE (standard-rwo) and AKS (managed-csi) cannot be mounted ReadWriteMany: the claim and every Ray pod would stay Pending. Choose one: an NFS export (--set sharedStorage.nfs.server=10.0.0.5,sharedStorage.nfs.path=/exports/raytrain; EFS, Filestore and Azure Files NFS are NFS), a ReadWriteMany PVC of yours (--set sharedStorage.existingClaim=NAME), or a ReadWriteMany-capable StorageClass (--set sharedStorage.storageClass=CLASS: EKS efs-sc with the EFS CSI driver, GKE standard-rwx with Filestore, AKS azurefile-csi)
 {{- end }}
 {{- end }}
 
@@ -158,5 +194,21 @@ preStopDrain.marginSeconds ({{ .Values.preStopDrain.marginSeconds }}) must be be
 {{- printf "%.0f" (float64 $explicit) }}
 {{- else }}
 {{- printf "%.0f" (minf (mulf 0.3 (include "raytrain.bytes" .resources.memory | float64)) 200e9) }}
+{{- end }}
+{{- end }}
+
+{{/* An operator peer with neither a namespace nor pod labels would admit every pod of the cluster to the dashboard. */}}
+{{- define "raytrain.validateValues.operatorPeer" -}}
+{{- $np := .Values.networkPolicy }}
+{{- if and $np.enabled (not $np.operatorNamespace) (not $np.operatorPodLabels) }}
+networkPolicy.operatorPodLabels is empty and networkPolicy.operatorNamespace too: that admits every pod of every namespace to the dashboard. Set operatorPodLabels to the KubeRay operator's pod labels (its chart: app.kubernetes.io/name: kuberay-operator)
+{{- end }}
+{{- end }}
+
+{{/* raytrain's driver takes up to RAYTRAIN_STOP_GRACE_S (20 s) to checkpoint and end after SIGTERM: a shorter wait
+SIGKILLs it mid-checkpoint, and its lease is then only taken over after its TTL. */}}
+{{- define "raytrain.validateValues.jobStopWait" -}}
+{{- if le (int .Values.jobStopWaitSeconds) 20 }}
+jobStopWaitSeconds ({{ .Values.jobStopWaitSeconds }}) must be above 20: a stopped run takes up to 20 s (RAYTRAIN_STOP_GRACE_S) to checkpoint and end after SIGTERM before Ray's SIGKILL. Raise it (default 30)
 {{- end }}
 {{- end }}

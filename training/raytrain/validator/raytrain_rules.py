@@ -44,6 +44,35 @@ def check_ray_images(doc: Doc) -> list[Problem]:
     return out
 
 
+# The name scripts/build-image gives a local build: no registry publishes it, so a pod naming it starts only where
+# the image was loaded by hand (kind: scripts/build-image --kind-load); anywhere else it is ImagePullBackOff.
+LOCAL_BUILD_IMAGE = "ghcr.io/raytrain/raytrain"
+
+
+def check_local_build_image(doc: Doc) -> list[Problem]:
+    """A RayJob (submitter, embedded cluster) that still names the local build's image: said once, as a note, since
+    on kind it is what runs."""
+    if doc.kind != "RayJob":
+        return []
+    fields = []
+    spec = doc.obj.get("spec") or {}
+    for i, container in enumerate(get(spec, "submitterPodTemplate", "spec", "containers", default=[])):
+        fields.append((f"spec.submitterPodTemplate.spec.containers[{i}].image", container.get("image")))
+    for path, _, group in groups(get(spec, "rayClusterSpec", default={}), "spec.rayClusterSpec"):
+        for i, container in enumerate(get(group, "template", "spec", "containers", default=[])):
+            fields.append((f"{path}.template.spec.containers[{i}].image", container.get("image")))
+    local = [field for field, image in fields if str(image or "").rsplit(":", 1)[0] == LOCAL_BUILD_IMAGE]
+    if not local:
+        return []
+    return [doc.problem(local[0], f"names {LOCAL_BUILD_IMAGE}, the local build's name that no registry publishes "
+                        f"({len(local)} container(s)): only a cluster you loaded it into (kind: scripts/build-image "
+                        "--kind-load) can start these pods, any other stays in ImagePullBackOff.",
+                        "push your image (IMAGE=registry.example.com/you/raytrain scripts/build-image --push) and "
+                        f"name it with kustomize: a kustomization.yaml beside the manifest with `images: [{{name: "
+                        f"{LOCAL_BUILD_IMAGE}, newName: registry.example.com/you/raytrain}}]`, then kubectl apply -k "
+                        "(README: On Kubernetes)", severity="note")]
+
+
 def image_ray_version(image: Any) -> str | None:
     """The Ray version an image tag names: raytrain's '<version>-ray2.55.1[-gpu]' or rayproject/ray:2.55.1[-...]."""
     image = str(image or "")
@@ -280,7 +309,7 @@ def _check_submitter(job: Doc, spec: dict, cluster: Doc, cluster_docs: list[Doc]
     for i, container in enumerate(get(template, "spec", "containers", default=[])):
         out += check_image_version(job, f"spec.submitterPodTemplate.spec.containers[{i}].image",
                                    container.get("image"), ray_version)
-    labels = get(template, "metadata", "labels", default={})
+    labels = submitter_pod_labels(job.name, get(template, "metadata", "labels", default={}))
     for policy in cluster_docs:
         if policy.kind != "NetworkPolicy" or not _selects(policy, {"ray.io/cluster": cluster.name}):
             continue
@@ -288,8 +317,16 @@ def _check_submitter(job: Doc, spec: dict, cluster: Doc, cluster_docs: list[Doc]
             out.append(job.problem("spec.submitterPodTemplate.metadata.labels", f"{policy.ref} of RayCluster "
                                    f"{cluster.name} does not admit the submitter pod to the dashboard port "
                                    f"{DASHBOARD_PORT}: `ray job submit` would time out.", "give the submitter pod the "
-                                   "labels of the chart's networkPolicy.submitterPodLabels (raytrain.io/submitter: \"true\")"))
+                                   "labels of the chart's networkPolicy.submitterPodLabels, or leave that value at "
+                                   "its default (ray.io/originated-from-crd: RayJob, which KubeRay sets on every submitter)"))
     return out
+
+
+def submitter_pod_labels(job_name: str, template_labels: Any) -> dict:
+    """The labels a RayJob's submitter pod really has: its template's plus the three KubeRay v1.7.0 sets on every one,
+    over the template's (rayjob_controller.go getSubmitterTemplate)."""
+    return {**(template_labels or {}), "ray.io/originated-from-cr-name": job_name,
+            "ray.io/originated-from-crd": "RayJob", "app.kubernetes.io/created-by": "kuberay-operator"}
 
 
 def _selects(policy: Doc, pod_labels: dict) -> bool:

@@ -51,9 +51,15 @@ def _values_files_of(chart: Path) -> list[Path]:
     return sorted(chart.glob("values*.yaml"), key=lambda p: (p.name != "values.yaml", p.name))
 
 
-def render_set(chart: Path, values_file: Path | None, release_name: str = "raytrain") -> tuple[list[Doc], list[Problem]]:
+# The heading of the chart's refusals that only the installer can answer (templates/_validate.tpl).
+TO_CHOOSE = "values to choose"
+
+
+def render_set(chart: Path, values_file: Path | None, release_name: str = "raytrain",
+               shipped: bool = False) -> tuple[list[Doc], list[Problem]]:
     """Render the chart with one values file (the chart's own values.yaml, or None: the defaults alone) into a
-    manifest set. The values file may live anywhere."""
+    manifest set. The values file may live anywhere. `shipped`: one of the chart's own values files, checked as
+    it ships; one that leaves to the installer what only they can choose (the image, the storage) is a note."""
     is_defaults = values_file is None or Path(values_file).resolve() == (Path(chart) / "values.yaml").resolve()
     overlays = [] if is_defaults else [Path(values_file)]
     shown = "values.yaml" if values_file is None else (values_file.name if is_defaults or Path(values_file).parent
@@ -62,8 +68,17 @@ def render_set(chart: Path, values_file: Path | None, release_name: str = "raytr
     try:
         rendered = render_chart_templates(chart, overlays, release_name=release_name)
     except ChartError as exc:
+        text = str(exc)
+        if TO_CHOOSE in text and "invalid values" not in text:
+            if shipped:
+                return [], [Problem(label, "", "", f"renders once the installer has chosen what it leaves open: {text}",
+                                    "nothing to do for the chart; check the values you install with: raytrain "
+                                    "validate my-values.yaml (and --values my-values.yaml with a RayJob)", "note")]
+            return [], [Problem(label, "", "", text, "choose them in the values file you install the chart with and "
+                                "give it: raytrain validate --values my-values.yaml ... (a RayJob on the chart's "
+                                "cluster is checked against that cluster)")]
         fix = "change the value the message names (see the chart's README for every value)"
-        return [], [Problem(label, "", "", str(exc), fix)]
+        return [], [Problem(label, "", "", text, fix)]
     return [Doc(f"{label} [{template}]", obj) for template, obj in rendered], []
 
 
@@ -131,13 +146,13 @@ def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list
             add(load_kustomization(path))
         elif path.is_dir() and _is_chart(path):
             for values_file in _values_files_of(path):
-                add(render_set(path, values_file))
+                add(render_set(path, values_file, shipped=True))
         elif path.is_dir():
             charts = sorted({c.parent for c in path.rglob("Chart.yaml")}, key=lambda c: len(c.parts))
             outermost = [c for c in charts if not any(o != c and o in c.parents for o in charts)]
             for found in outermost:  # a chart is rendered, never parsed as YAML
                 for values_file in _values_files_of(found):
-                    add(render_set(found, values_file))
+                    add(render_set(found, values_file, shipped=True))
             # A kustomization is rendered too: its files are inputs (a run config, a patch), not objects.
             kustomizations = sorted({p.parent for name in KUSTOMIZATION_FILES for p in path.rglob(name)
                                      if not any(c in p.parents for c in outermost)}, key=lambda k: len(k.parts))
@@ -153,7 +168,7 @@ def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list
                 problems.extend(file_problems)
             sets.append(docs)
         elif path.is_file() and _is_chart(path.parent) and path.name.startswith("values"):
-            add(render_set(path.parent, path))
+            add(render_set(path.parent, path, shipped=True))  # a chart's own values file
         elif path.is_file() and _is_values_file(path):
             add(render_set(Path(chart) if chart else default_chart_dir(), path))
         elif path.is_file():
@@ -250,7 +265,8 @@ def _named(doc: Doc) -> tuple[Doc, list[Problem]]:
 def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
     """KubeRay's admission rules on the stored object, and the image's Ray against rayVersion; problems keep the
     object's own reference."""
-    found = check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
+    found = (check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
+             + raytrain_rules.check_local_build_image(completed))
     return [dataclasses.replace(p, obj=doc.ref) for p in found]
 
 
