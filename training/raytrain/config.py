@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import Field
 
-from raytrain import components
+from raytrain import components, yamlfile
 from raytrain.components import COMPONENT_KEY, Component, ComponentError
 from raytrain.errors import ConfigError
 
@@ -162,12 +162,7 @@ def resolve_config_path(ref: str) -> Path:
 
 
 def read_yaml_mapping(path: Path) -> dict:
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({_one_line(err)}). Fix the syntax at the position shown.") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror}). Fix: check the path and its permissions.") from None
+    loaded = yamlfile.read(path)  # UTF-8, no duplicate keys, bounded depth: one YAMLFileError naming the line
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -251,8 +246,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text}: expected key=value. Fix: write it as e.g. --set train.lr=0.01.")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
+        parsed = yamlfile.load(value, f"--set {text}") if value.strip() else None
+    except yamlfile.YAMLFileError as err:
+        if not err.syntax:
+            raise  # a key twice, nested too deep, a number Python cannot hold: a string would hide the mistake
         parsed = value  # a plain string such as a path with ':' in it
     return key.strip(), parsed
 
@@ -393,10 +390,6 @@ def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optio
 
 def _typename(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
-
-
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
 
 
 def config_from_dict(resolved: dict, source: str = "<stored config>") -> RunConfig:
