@@ -109,8 +109,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_local(args: argparse.Namespace) -> int:
     from raytrain.local import train_local
+    from raytrain.preflight import check_local_gpu
 
-    return _report(train_local(_load(args), wait_for_lease=args.wait_for_lease, lease_ttl_s=_lease_ttl_s()))
+    cfg = _load(args)
+    check_local_gpu(cfg)
+    return _report(train_local(cfg, wait_for_lease=args.wait_for_lease, lease_ttl_s=_lease_ttl_s()))
 
 
 # ---------------------------------------------------------------------------------------------- tune, data

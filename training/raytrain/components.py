@@ -248,6 +248,7 @@ def check_kwargs(target: Callable, kwargs: dict, where: Where, section: str, ski
     """The keyword arguments as the callable will get them (YAML's '1e-3' becomes 0.001), defaults included where
     they are plain data (so config.yaml shows what trained), or ComponentError naming the first wrong key."""
     model = signature_model(target, skip, injected)
+    _refuse_bools(model, kwargs, where, section, path or _name(target))
     try:
         checked = model.model_validate(kwargs)
     except pydantic.ValidationError as err:
@@ -256,6 +257,34 @@ def check_kwargs(target: Callable, kwargs: dict, where: Where, section: str, ski
               if name in kwargs or _plain(getattr(checked, name))}
     values.update({k: v for k, v in (checked.model_extra or {}).items()})
     return values
+
+
+def _refuse_bools(model: type[pydantic.BaseModel], kwargs: dict, where: Where, section: str, what: str) -> None:
+    """true/false where a number is meant: pydantic would read it as 1/0 (`model.width: true` builds a width-1 model),
+    so a boolean is taken only by a parameter whose annotation names bool (or takes anything)."""
+    for name, value in kwargs.items():
+        field = model.model_fields.get(name)
+        if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
+            key = f"{section}.{name}" if section else name
+            expected = _annotation_text(field.annotation)
+            bound = next((_bound_text({k: getattr(m, k)}) for m in field.metadata for k in ("gt", "ge", "lt", "le")
+                          if getattr(m, k, None) is not None), "")
+            raise ComponentError(f"{where_of(where, key)}: {key}: {str(value).lower()} is not allowed ({what} takes "
+                                 f"{expected} here, and a boolean is not one). Fix: use {expected}{bound}.")
+
+
+def _admits_bool(hint: Any) -> bool:
+    if hint is Any or hint is bool or hint is object:
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _admits_bool(typing.get_args(hint)[0])
+    if origin is typing.Literal:
+        return any(isinstance(choice, bool) for choice in typing.get_args(hint))
+    if origin is typing.Union or type(hint).__name__ == "UnionType":
+        return any(_admits_bool(option) for option in typing.get_args(hint))
+    return origin is None and not (isinstance(hint, type) and issubclass(hint, (int, float, str, bytes, list, dict,
+                                                                                  tuple, set)))
 
 
 def _plain(value: Any) -> bool:
@@ -308,6 +337,11 @@ def _bound_text(ctx: dict) -> str:
 
 def _annotation_text(hint: Any) -> str:
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        inner = typing.get_args(hint)[0]
+        bounds = [_bound_text({k: getattr(m, k)}) for m in getattr(hint, "__metadata__", ())
+                  for k in ("gt", "ge", "lt", "le") if getattr(m, k, None) is not None]
+        return _annotation_text(inner) + "".join(bounds[:1])
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(choice) for choice in typing.get_args(hint))
     if origin is typing.Union:

@@ -26,6 +26,7 @@ from pydantic import Field
 from raytrain import components, yamlfile
 from raytrain.components import COMPONENT_KEY, Component, ComponentError
 from raytrain.errors import ConfigError
+from raytrain.run_options import Override, Setting
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
@@ -173,23 +174,32 @@ def read_yaml_mapping(path: Path) -> dict:
     return loaded
 
 
-def load_config(ref: str, overrides: typing.Sequence[Union[str, tuple[str, str]]] = (), smoke: bool = False,
+def load_config(ref: str, overrides: typing.Sequence[Override] = (), smoke: bool = False,
                 import_user_code: bool = True) -> RunConfig:
     """Resolve a run config: defaults -> file (or preset, its include: files first) -> smoke block -> --set.
     import_user_code=False (raytrain validate, which runs without the user's project and without torch): only
-    raytrain's own components are imported and checked; the others are listed in `unchecked`."""
+    raytrain's own components are imported and checked; the others are listed in `unchecked`. The smoke block is
+    checked without smoke mode too: a mistake in it is found before the first --smoke-test, not by it."""
     path = resolve_config_path(ref)
     raw, smoke_block, included = _read_layered(path)
     source = f"{path} (with {', '.join(map(str, included))})" if included else str(path)
+    if smoke_block and not smoke:
+        _resolve(copy.deepcopy(raw), smoke_block, overrides, path, source, import_user_code)
+    return _resolve(raw, smoke_block if smoke else {}, overrides, path, source, import_user_code)
+
+
+def _resolve(raw: dict, smoke_block: dict, overrides: typing.Sequence[Override], path: Path, source: str,
+             import_user_code: bool) -> RunConfig:
     origins: dict[str, str] = {}  # dotted key -> what set it last, when not the file itself
-    if smoke:
-        for key, value in smoke_block.items():
-            _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
-            origins[str(key)] = f"{source} ({SMOKE_KEY} block)"
+    for key, value in smoke_block.items():
+        _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
+        origins[str(key)] = f"{source} ({SMOKE_KEY} block)"
     for override in overrides:
-        # "key=value" from --set, or (key=value, the option that stands for it: "--name x") to blame that option
-        text, origin = override if isinstance(override, tuple) else (override, f"--set {override}")
-        key, value = parse_override(text)
+        if isinstance(override, Setting):  # --name, --storage: the string as typed
+            key, value, origin = override.key, override.value, override.origin
+        else:  # "key=value" from --set, or (key=value, the option that stands for it) to blame that option
+            text, origin = override if isinstance(override, tuple) else (override, f"--set {_shortened(override)}")
+            key, value = parse_override(text)
         _set_dotted(raw, key, value, origin)
         origins[key] = origin
     raw.setdefault("run", {})
@@ -246,12 +256,17 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text}: expected key=value. Fix: write it as e.g. --set train.lr=0.01.")
     try:
-        parsed = yamlfile.load(value, f"--set {text}") if value.strip() else None
+        parsed = yamlfile.load(value, f"--set {_shortened(text)}") if value.strip() else None
     except yamlfile.YAMLFileError as err:
         if not err.syntax:
             raise  # a key twice, nested too deep, a number Python cannot hold: a string would hide the mistake
         parsed = value  # a plain string such as a path with ':' in it
     return key.strip(), parsed
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    """A value as a message repeats it: a 5000-digit --set is named, not printed."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} characters)"
 
 
 def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
@@ -305,6 +320,13 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
         data_component.target, DataSource) else None
     loss = _loss(train.loss if train.loss is not None else (source_class or DataSource).default_loss, where,
                  import_user_code)
+    if (source_class is not None and loss.path in CLASSIFICATION_LOSSES
+            and components.canonical_path(source_class.default_loss, "loss") not in CLASSIFICATION_LOSSES):
+        # cross_entropy over one regression output is log_softmax of one value: 0 whatever the model does
+        raise ConfigError(f"{where('train.loss')}: train.loss: {loss.path} is a classification loss, but "
+                          f"{data_component.path} is regression data (one real-valued target per sample): the loss "
+                          f"would be 0 and nothing would train. Fix: use {source_class.default_loss} (its default), "
+                          f"or leave train.loss unset.")
     loaders = source_class.loaders if source_class else ("torch", "ray")
     loader = own.get("loader", loaders[0])
     if loader not in loaders:
