@@ -192,7 +192,7 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
         if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
             continue
         hint = hints.get(name, Any if param.annotation is param.empty else param.annotation)
-        if isinstance(hint, str):
+        if isinstance(hint, str):  # a forward reference that did not evaluate (said by parameter_hints)
             hint = Any
         if injected and _is_injected(hint, injected):
             continue
@@ -201,9 +201,30 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
     config = pydantic.ConfigDict(extra=extra, arbitrary_types_allowed=True, protected_namespaces=())
     try:
         return pydantic.create_model(f"{_name(target)}Args", __config__=config, **fields)
-    except Exception:  # an annotation pydantic cannot check (e.g. a bare torch type): check names only
-        loose = {name: (Any, default) for name, (_hint, default) in fields.items()}
-        return pydantic.create_model(f"{_name(target)}Args", __config__=config, **loose)
+    except pydantic.PydanticUserError:  # an annotation pydantic cannot check: only that one is taken as Any
+        for name, (hint, default) in list(fields.items()):
+            try:
+                pydantic.create_model("Probe", __config__=config, **{name: (hint, default)})
+            except pydantic.PydanticUserError as err:
+                _say_unchecked(target, name, hint, f"pydantic cannot check it: {str(err).splitlines()[0]}")
+                fields[name] = (Any, default)
+        return pydantic.create_model(f"{_name(target)}Args", __config__=config, **fields)
+
+
+_UNCHECKED_SAID: set[tuple[str, str]] = set()
+
+
+def _say_unchecked(target: Callable, name: str, annotation: Any, why: str) -> None:
+    """A parameter whose annotation cannot be used is taken as Any, and said once: a check is never dropped unsaid."""
+    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', _name(target))}"
+    if (where, name) in _UNCHECKED_SAID:
+        return
+    _UNCHECKED_SAID.add((where, name))
+    from raytrain import console
+
+    console.warning(f"{where}: the value of parameter '{name}' is not checked: its annotation {annotation!r} {why}. "
+                    f"Fix: import the annotation's names at run time (not only under TYPE_CHECKING), or leave it "
+                    f"unannotated.")
 
 
 def parameter_hints(target: Callable) -> dict[str, Any]:
@@ -214,16 +235,19 @@ def parameter_hints(target: Callable) -> dict[str, Any]:
     owner = target if dataclasses.is_dataclass(target) else target.__init__ if inspect.isclass(target) else target
     try:
         hints = typing.get_type_hints(owner, include_extras=True)
-    except Exception:
+    except (NameError, AttributeError, SyntaxError, TypeError):  # one annotation does not evaluate: the others still do
         hints = {}
         for klass_or_function in reversed(owner.__mro__) if inspect.isclass(owner) else [owner]:
             module = sys.modules.get(getattr(klass_or_function, "__module__", ""))
             namespace = dict(getattr(inspect.unwrap(klass_or_function), "__globals__", None) or vars(module or sys))
             for name, annotation in inspect.get_annotations(klass_or_function).items():
+                if name == "return":  # never checked; the built-in models' "nn.Module" is for type checkers only
+                    continue
                 try:
                     hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
-                except Exception:  # a name only a type checker sees: Any
-                    continue
+                except (NameError, AttributeError, SyntaxError, TypeError) as err:  # e.g. a TYPE_CHECKING-only name
+                    _say_unchecked(klass_or_function, name, annotation,
+                                   f"does not evaluate here ({err.__class__.__name__}: {err})")
     hints.pop("return", None)
     return hints
 
@@ -389,7 +413,7 @@ def instantiate(component: Component, *args: Any, **injected: Any) -> Any:
         try:
             parameters = inspect.signature(target).parameters
             hints = parameter_hints(target)
-        except Exception:
+        except (TypeError, ValueError):  # a builtin without a signature: nothing to inject
             parameters, hints = {}, {}
         for name in parameters:
             hint = hints.get(name)
