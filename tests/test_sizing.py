@@ -48,3 +48,13 @@ def test_ray_data_keeps_a_cpu_only_where_there_is_more_than_one():
     assert data_reserve(ray_cfg, [{"CPU": 2.0}]) == 1.0
     assert data_reserve(ray_cfg, [{"CPU": 1.0}]) == 0.0
     assert data_reserve(load_config("linear"), [{"CPU": 8.0}]) == 0.0
+
+
+def test_auto_never_thins_a_worker_below_a_quarter_cpu():
+    """64 workers on a 2-CPU laptop were admitted at 1/32 CPU each and never trained: now they cannot be scheduled."""
+    cfg = load_config("linear", ["scaling.num_workers=64", "train.batch_size=64"])
+    with pytest.raises(LaunchError) as caught:
+        size_workers(cfg, [{"CPU": 2.0}])
+    assert "at least 0.25 CPU" in str(caught.value) and "hold at most 8" in str(caught.value)
+    cfg = load_config("linear", ["scaling.num_workers=8", "train.batch_size=64"])
+    assert size_workers(cfg, [{"CPU": 2.0}]) == {"CPU": 0.25}

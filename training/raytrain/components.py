@@ -347,7 +347,8 @@ def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], give
     expected = _annotation_text(model.model_fields[name].annotation) if name in model.model_fields else "a valid value"
     message = first.get("msg", "invalid").rstrip(".")
     bound = _bound_text(first.get("ctx") or {})
-    return f"{where}: {key}: {value!r} is not allowed ({message}). Fix: use {expected}{bound}."
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:60] + "...'"
+    return f"{where}: {key}: {shown} is not allowed ({message}). Fix: use {expected}{bound}."
 
 
 def _bound_text(ctx: dict) -> str:

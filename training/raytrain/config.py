@@ -184,7 +184,13 @@ def load_config(ref: str, overrides: typing.Sequence[Override] = (), smoke: bool
     raw, smoke_block, included = _read_layered(path)
     source = f"{path} (with {', '.join(map(str, included))})" if included else str(path)
     if smoke_block and not smoke:
-        _resolve(copy.deepcopy(raw), smoke_block, overrides, path, source, import_user_code)
+        try:
+            _resolve(copy.deepcopy(raw), smoke_block, overrides, path, source, import_user_code)
+        except ConfigError as err:
+            if f"({SMOKE_KEY} block)" in str(err):
+                raise
+            # a rule across keys that only the smoke block's values break: say where they come from
+            raise ConfigError(f"with its {SMOKE_KEY} block applied (as --smoke-test does): {err}") from None
     return _resolve(raw, smoke_block if smoke else {}, overrides, path, source, import_user_code)
 
 

@@ -123,6 +123,8 @@ def _syntax_error(source: str, err: yaml.YAMLError) -> YAMLFileError:
     mark = getattr(err, "problem_mark", None)
     at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(err, "problem", None) or str(err)
+    if "maximum nesting depth" in str(problem):  # libyaml's own bound (1000), met before ours in flow style
+        return YAMLFileError(source, f"nests too deeply{at}.", "flatten the structure")
     if isinstance(err, _Refused):
         return YAMLFileError(source, f"line {mark.line + 1 if mark else '?'}: {problem}.",
                              err.fix)
