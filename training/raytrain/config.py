@@ -149,15 +149,23 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+def _is_file(path: Path) -> bool:
+    """is_file() for any name a user can type: one too long for the OS, or with a NUL in it, is no file."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_config_path(ref: str) -> Path:
     path = Path(ref)
-    if path.is_file():
+    if _is_file(path):
         return path
     preset = PRESETS_DIR / f"{ref}.yaml"
-    if "/" not in ref and preset.is_file():
+    if "/" not in ref and _is_file(preset):
         return preset
     raise ConfigError(
-        f"config '{ref}' is neither a YAML file nor a preset. "
+        f"config {_shortened(repr(ref))} is neither a YAML file nor a preset. "
         f"Fix: give a path to a run config, or one of the presets: {', '.join(preset_names())}."
     )
 
@@ -183,15 +191,16 @@ def load_config(ref: str, overrides: typing.Sequence[Override] = (), smoke: bool
     path = resolve_config_path(ref)
     raw, smoke_block, included = _read_layered(path)
     source = f"{path} (with {', '.join(map(str, included))})" if included else str(path)
+    config = _resolve(copy.deepcopy(raw), smoke_block if smoke else {}, overrides, path, source, import_user_code)
     if smoke_block and not smoke:
         try:
-            _resolve(copy.deepcopy(raw), smoke_block, overrides, path, source, import_user_code)
+            _resolve(raw, smoke_block, overrides, path, source, import_user_code)
         except ConfigError as err:
             if f"({SMOKE_KEY} block)" in str(err):
                 raise
             # a rule across keys that only the smoke block's values break: say where they come from
             raise ConfigError(f"with its {SMOKE_KEY} block applied (as --smoke-test does): {err}") from None
-    return _resolve(raw, smoke_block if smoke else {}, overrides, path, source, import_user_code)
+    return config
 
 
 def _resolve(raw: dict, smoke_block: dict, overrides: typing.Sequence[Override], path: Path, source: str,
@@ -240,8 +249,9 @@ def _read_layered(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict,
     here = chain + (path.resolve(),)
     for name in includes:
         included = (path.parent / name).expanduser()
-        if not included.is_file():
-            raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' not found (looked for {included}). "
+        if not _is_file(included):
+            raise ConfigError(f"{source}: {INCLUDE_KEY}: {_shortened(repr(name))} not found (looked for "
+                              f"{_shortened(str(included), 200)}). "
                               f"Fix: give a path relative to {path.parent}, or an absolute one.")
         if included.resolve() in here:
             raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' includes itself (through {' -> '.join(map(str, here))})."

@@ -125,7 +125,12 @@ def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list
 
     for path in map(Path, paths):
         before = (sum(map(len, sets)), len(problems))
-        _collect_one(path, chart, sets, problems, add)
+        try:
+            _collect_one(path, chart, sets, problems, add)
+        except (OSError, ValueError) as exc:  # a name too long for the OS, a NUL in it, a directory we cannot list
+            problems.append(Problem(str(path)[:200], "", "", f"cannot be read ({getattr(exc, 'strerror', None) or exc}).",
+                                    "check the path and its permissions"))
+            continue
         if (sum(map(len, sets)), len(problems)) == before:  # an empty file, a file of `---`, an empty folder
             problems.append(Problem(str(path), "", "", "holds no Kubernetes object: nothing to check.",
                                     "give a manifest file, a chart, a values file or a directory holding them"))
@@ -301,14 +306,21 @@ def _ray_pod_templates(doc: Doc) -> list[Problem]:
     return out
 
 
+KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+API_VERSION = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$")
+
+
 def _not_an_object(doc: Doc) -> list[Problem]:
     """The top-level fields every later step reads, of the types they must have: one problem each, never a traceback."""
     out = []
-    for key in ("apiVersion", "kind"):
+    for key, pattern, what in (("apiVersion", API_VERSION, "group/version, e.g. apps/v1 (v1 for the core group)"),
+                               ("kind", KIND, "a kind name, e.g. ConfigMap")):
         value = doc.obj.get(key)
         if not isinstance(value, str) or not value.strip():
             out.append(Problem(doc.source, "", key, f"is {value!r}, not a string.",
                                f"write it as a string, e.g. {key}: {'v1' if key == 'apiVersion' else 'ConfigMap'}"))
+        elif not pattern.match(value):  # the API server has no such resource (and it must never name a file path)
+            out.append(Problem(doc.source, "", key, f"{value!r} is not {what.split(', e.g.')[0]}.", f"write {what}"))
     meta = doc.obj.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         out.append(Problem(doc.source, "", "metadata", f"is {type(meta).__name__}, not a mapping.",
