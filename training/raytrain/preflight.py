@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import traceback
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -115,7 +116,10 @@ def check_model_fits_data(cfg: RunConfig) -> None:
         out = model(x)
         if isinstance(out, torch.Tensor):
             stage, shapes = "loss", f"the model's output {tuple(out.shape)} against targets {tuple(y.shape)} ({y.dtype})"
-            build_loss(cfg)(out, y)
+            with warnings.catch_warnings():
+                # torch only warns when mse/l1 broadcast an output against targets of another shape: wrong, not slow
+                warnings.simplefilter("error", UserWarning)
+                build_loss(cfg)(out, y)
     except ConfigError:
         raise
     except Exception as err:
