@@ -4,7 +4,8 @@ Paths become manifest sets (a chart rendered once per values file, a kustomizati
 `kubectl kustomize`, a manifest file or directory as it is), and
 each object goes through four layers, each reported as a Problem (problems.py) that names the file, the object,
 the field and the fix:
-1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
+1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate), then the API server's own
+   rules beyond them (core.py, apimachinery.py; the pod rules on KubeRay's pod templates too);
 2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas, with the CRDs' defaults applied first, as the
    API server does (crds.py), and their CEL rules;
 3. KubeRay's admission rules that live in the webhook and the operator's code, under the operator's feature
