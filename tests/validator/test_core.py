@@ -162,6 +162,10 @@ RAY_BROKEN = [
     ("missing entrypoint", [(["spec", "entrypoint"], DELETE)], "spec.entrypoint", "empty or missing"),
     ("groupName not a label value", [(WORKER0 + ["groupName"], "cpu workers")],
      "spec.rayClusterSpec.workerGroupSpecs[0].groupName", "not a valid label value"),
+    ("runtimeEnvYAML nested 3000 deep", [(["spec", "runtimeEnvYAML"], "a: " + "[" * 3000 + "]" * 3000)],
+     "spec.runtimeEnvYAML", "nests too deeply"),
+    ("runtimeEnvYAML with a key twice", [(["spec", "runtimeEnvYAML"], "working_dir: a\nworking_dir: b\n")],
+     "spec.runtimeEnvYAML", "found the key 'working_dir' twice"),
     ("num-cpus not a number", [(WORKER0 + ["rayStartParams"], {"num-cpus": "abc"})],
      "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams.num-cpus", "is not a number"),
 ]

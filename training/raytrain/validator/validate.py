@@ -65,8 +65,10 @@ def render_set(chart: Path, values_file: Path | None, release_name: str = "raytr
     try:
         rendered = render_chart_templates(chart, overlays, release_name=release_name)
     except ChartError as exc:
-        fix = "change the value the message names (see the chart's README for every value)"
-        return [], [Problem(label, "", "", str(exc), fix)]
+        message, fix = split_fix(str(exc))  # a values file we could not read says its own fix
+        if " Fix: " not in str(exc):
+            fix = "change the value the message names (see the chart's README for every value)"
+        return [], [Problem(label, "", "", message, fix)]
     return [Doc(f"{label} [{template}]", obj) for template, obj in rendered], []
 
 

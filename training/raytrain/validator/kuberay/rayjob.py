@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from raytrain import yamlfile
 from raytrain.validator.kuberay.gates import FeatureGates, gate_off
 from raytrain.validator.shape import autoscaling_enabled
 from raytrain.validator.shape import get as dig
@@ -305,13 +304,13 @@ def check_job_runtime_env_yaml(doc: Doc, spec: dict, gates: FeatureGates) -> lis
     runtime_env = spec.get("runtimeEnvYAML")
     if not runtime_env:
         return []
+    fix = "write it as a block string of key: value lines, e.g. 'working_dir: /etc/raytrain-job'"
     try:
-        parsed = yaml.safe_load(runtime_env)
-        if parsed is not None and not isinstance(parsed, dict):
-            raise yaml.YAMLError("not a mapping")
-    except yaml.YAMLError as exc:
-        return [doc.problem("spec.runtimeEnvYAML", f"is not a YAML mapping ({str(exc).splitlines()[0]}).",
-                            "write it as a block string of key: value lines, e.g. 'working_dir: /etc/raytrain-job'")]
+        parsed = yamlfile.load(str(runtime_env), "spec.runtimeEnvYAML")
+    except yamlfile.YAMLFileError as exc:
+        return [doc.problem("spec.runtimeEnvYAML", f"is not a YAML mapping ({exc.message.rstrip('.')}).", fix)]
+    if parsed is not None and not isinstance(parsed, dict):
+        return [doc.problem("spec.runtimeEnvYAML", "is not a YAML mapping (not a mapping).", fix)]
     return []
 
 
