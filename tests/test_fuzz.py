@@ -29,7 +29,9 @@ CASE_LIMIT_S = 20  # one input: anything slower is a hang
 HOSTILE = [True, False, None, 0, -1, -(2**31) - 1, 2**63, 10**40, 1e308, -1e-9, float("nan"), float("inf"), "", " ",
            "auto", "null", "true", "abc", "a b", "a\x00b", "\t", "x" * 300, "ünïcødé", "😀", "-1Gi", "1e3", "0x10",
            "70000", "../..", "/", "a/b", "{", "- x", [], [1, "a"], {}, {"k": "v"}, {"_component_": "os.system"},
-           [[[[[[[[["deep"]]]]]]]]]]
+           [[[[[[[[["deep"]]]]]]]]], "[" * 2000 + "]" * 2000, "a: 1\na: 2\n", "train:\n  epochs: true\n",
+           "raytrain run job.yaml --set train.epochs=" + "9" * 5000, "raytrain run linear --name 2024 --set x",
+           "raytrain run job.yaml --name null --storage /mnt/shared/runs --address auto --smoke-test"]
 TEXT_NOISE = ["\t", "\x00", "---\n", "...\n", "&a ", "*a", "!!python/object:os.system ", "? ", ": ", "{", "]", "#",
               "%YAML 1.1\n", "\ufeff", "<<: *a\n"]
 

@@ -26,7 +26,7 @@ from pydantic import Field
 from raytrain import components, yamlfile
 from raytrain.components import COMPONENT_KEY, Component, ComponentError
 from raytrain.errors import ConfigError
-from raytrain.run_options import Override, Setting
+from raytrain.run_options import Override, Setting, override_origin, shortened
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
@@ -165,7 +165,7 @@ def resolve_config_path(ref: str) -> Path:
     if "/" not in ref and _is_file(preset):
         return preset
     raise ConfigError(
-        f"config {_shortened(repr(ref))} is neither a YAML file nor a preset. "
+        f"config {shortened(repr(ref))} is neither a YAML file nor a preset. "
         f"Fix: give a path to a run config, or one of the presets: {', '.join(preset_names())}."
     )
 
@@ -212,9 +212,9 @@ def _resolve(raw: dict, smoke_block: dict, overrides: typing.Sequence[Override],
     for override in overrides:
         if isinstance(override, Setting):  # --name, --storage: the string as typed
             key, value, origin = override.key, override.value, override.origin
-        else:  # "key=value" from --set, or (key=value, the option that stands for it) to blame that option
-            text, origin = override if isinstance(override, tuple) else (override, f"--set {_shortened(override)}")
-            key, value = parse_override(text)
+        else:  # "key=value" from --set
+            origin = override_origin(override)
+            key, value = parse_override(override)
         _set_dotted(raw, key, value, origin)
         origins[key] = origin
     raw.setdefault("run", {})
@@ -250,8 +250,8 @@ def _read_layered(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict,
     for name in includes:
         included = (path.parent / name).expanduser()
         if not _is_file(included):
-            raise ConfigError(f"{source}: {INCLUDE_KEY}: {_shortened(repr(name))} not found (looked for "
-                              f"{_shortened(str(included), 200)}). "
+            raise ConfigError(f"{source}: {INCLUDE_KEY}: {shortened(repr(name))} not found (looked for "
+                              f"{shortened(str(included), 200)}). "
                               f"Fix: give a path relative to {path.parent}, or an absolute one.")
         if included.resolve() in here:
             raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' includes itself (through {' -> '.join(map(str, here))})."
@@ -272,17 +272,12 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text}: expected key=value. Fix: write it as e.g. --set train.lr=0.01.")
     try:
-        parsed = yamlfile.load(value, f"--set {_shortened(text)}") if value.strip() else None
+        parsed = yamlfile.load(value, f"--set {shortened(text)}") if value.strip() else None
     except yamlfile.YAMLFileError as err:
         if not err.syntax:
             raise  # a key twice, nested too deep, a number Python cannot hold: a string would hide the mistake
         parsed = value  # a plain string such as a path with ':' in it
     return key.strip(), parsed
-
-
-def _shortened(text: str, limit: int = 80) -> str:
-    """A value as a message repeats it: a 5000-digit --set is named, not printed."""
-    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} characters)"
 
 
 def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:

@@ -45,7 +45,7 @@ class Setting:
     origin: str
 
 
-Override = Union[str, tuple[str, str], Setting]  # KEY=VALUE from --set, (KEY=VALUE, the option it came from), or a Setting
+Override = Union[str, Setting]  # KEY=VALUE from --set (its value read as YAML), or an option's Setting
 
 
 def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Optional[str]) -> list[Override]:
@@ -65,6 +65,9 @@ def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Op
 
 
 def override_origin(override: Override) -> str:
-    if isinstance(override, Setting):
-        return override.origin
-    return override[1] if isinstance(override, tuple) else f"--set {override}"
+    """The option an override came from, as messages name it (a 5000-digit value is named, not printed)."""
+    return override.origin if isinstance(override, Setting) else f"--set {shortened(override)}"
+
+
+def shortened(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} characters)"
