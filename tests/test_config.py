@@ -124,7 +124,7 @@ SILENTLY_WRONG = [
     (None, ["train.epochs=" + "9" * 5000], ["--set train.epochs=999", "(5013 characters)", "cannot read this value"]),
     (None, ["train.seed=" + "[" * 3000 + "]" * 3000], ["--set train.seed=[[[", "nest"]),
     (None, ["train.seed=" + "[" * 3000], ["--set train.seed=[[[", "nests too deeply"]),
-    (None, ["train.seed=" + "[" * 90 + "x"], ["train.seed: '[[[", "...'"]),  # not YAML: a string, shown cut
+    (None, ["train.seed=" + "[" * 90 + "x"], ["train.seed: '[[[", "...("]),  # not YAML: a string, shown cut
     ("a: " + "[" * 3000 + "]" * 3000 + "\n", [], ["nest"]),
     ("a: " + "{b: " * 200 + "1" + "}" * 200 + "\n", [], ["nests deeper than 100 levels"]),
     (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {train.epoks: 1}"), [], ["smoke block", "train.epoks"]),

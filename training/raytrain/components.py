@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import pydantic
 
-from raytrain.errors import ConfigError
+from raytrain.errors import ConfigError, shown
 
 COMPONENT_KEY = "_component_"
 LEGACY_NAME_KEY = "name"  # configs written before components: `name: mlp` means `_component_: mlp`
@@ -120,12 +120,12 @@ def import_target(reference: Any, where: Where, section: str) -> tuple[str, Call
     aliases = ALIASES.get(section, {})
     builtins = f" or a built-in: {', '.join(aliases)}" if aliases else ""
     if not isinstance(reference, str) or not reference.strip():
-        raise ComponentError(f"{where}: {key}: {reference!r} is not an import path. Fix: name a callable as "
+        raise ComponentError(f"{where}: {key}: {shown(reference)} is not an import path. Fix: name a callable as "
                              f"package.module.name{builtins}.")
     path = canonical_path(reference, section)
     module_name, _, attribute = path.rpartition(".")
     if not module_name or not attribute or not all(part.isidentifier() for part in path.split(".")):
-        raise ComponentError(f"{where}: {key}: '{reference}' is neither an import path (package.module.name) nor a "
+        raise ComponentError(f"{where}: {key}: {shown(reference)} is neither an import path (package.module.name) nor a "
                              f"built-in name. Fix: {_did_you_mean(reference, aliases)}write module.name{builtins}.")
     try:
         module = importlib.import_module(module_name)
@@ -136,7 +136,7 @@ def import_target(reference: Any, where: Where, section: str) -> tuple[str, Call
                 f"{where}: {key}: module '{module_name}' cannot be imported: '{missing}' is not on the import path "
                 f"(the working directory {_working_dirs()} and the installed packages). Fix: run raytrain from your "
                 f"project's directory or pass --working-dir DIR, or install your package (in the image for a "
-                f"cluster); check the spelling of '{reference}'.") from None
+                f"cluster); check the spelling of {shown(reference)}.") from None
         raise ComponentError(f"{where}: {key}: importing '{module_name}' failed: {err}{_error_site(err)}. Fix: "
                              f"install '{missing}' where the run executes (and in the image for a cluster).") from None
     except Exception as err:  # the user's module raised while importing: show where
@@ -347,8 +347,7 @@ def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], give
     expected = _annotation_text(model.model_fields[name].annotation) if name in model.model_fields else "a valid value"
     message = first.get("msg", "invalid").rstrip(".")
     bound = _bound_text(first.get("ctx") or {})
-    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:60] + "...'"
-    return f"{where}: {key}: {shown} is not allowed ({message}). Fix: use {expected}{bound}."
+    return f"{where}: {key}: {shown(value)} is not allowed ({message}). Fix: use {expected}{bound}."
 
 
 def _bound_text(ctx: dict) -> str:

@@ -25,8 +25,8 @@ from pydantic import Field
 
 from raytrain import components, yamlfile
 from raytrain.components import COMPONENT_KEY, Component, ComponentError
-from raytrain.errors import ConfigError
-from raytrain.run_options import Override, Setting, override_origin, shortened
+from raytrain.errors import ConfigError, shorten, shown
+from raytrain.run_options import Override, Setting, override_origin
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
@@ -165,7 +165,7 @@ def resolve_config_path(ref: str) -> Path:
     if "/" not in ref and _is_file(preset):
         return preset
     raise ConfigError(
-        f"config {shortened(repr(ref))} is neither a YAML file nor a preset. "
+        f"config {shown(ref)} is neither a YAML file nor a preset. "
         f"Fix: give a path to a run config, or one of the presets: {', '.join(preset_names())}."
     )
 
@@ -250,8 +250,8 @@ def _read_layered(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict,
     for name in includes:
         included = (path.parent / name).expanduser()
         if not _is_file(included):
-            raise ConfigError(f"{source}: {INCLUDE_KEY}: {shortened(repr(name))} not found (looked for "
-                              f"{shortened(str(included), 200)}). "
+            raise ConfigError(f"{source}: {INCLUDE_KEY}: {shown(name)} not found (looked for "
+                              f"{shorten(str(included), 200)}). "
                               f"Fix: give a path relative to {path.parent}, or an absolute one.")
         if included.resolve() in here:
             raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' includes itself (through {' -> '.join(map(str, here))})."
@@ -272,7 +272,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text}: expected key=value. Fix: write it as e.g. --set train.lr=0.01.")
     try:
-        parsed = yamlfile.load(value, f"--set {shortened(text)}") if value.strip() else None
+        parsed = yamlfile.load(value, f"--set {shorten(text)}") if value.strip() else None
     except yamlfile.YAMLFileError as err:
         if not err.syntax:
             raise  # a key twice, nested too deep, a number Python cannot hold: a string would hide the mistake
@@ -341,7 +341,7 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     loaders = source_class.loaders if source_class else ("torch", "ray")
     loader = own.get("loader", loaders[0])
     if loader not in loaders:
-        raise ConfigError(f"{where('data.loader')}: data.loader: {loader!r} is not available for "
+        raise ConfigError(f"{where('data.loader')}: data.loader: {shown(loader)} is not available for "
                           f"{data_component.path}. Fix: use one of {', '.join(loaders)}.")
     config = RunConfig(model=model, data=DataSection(data_component, loader), loss=loss, loop=loop, train=train,
                        scaling=scaling, run=run, source=source, unchecked=unchecked)

@@ -73,7 +73,8 @@ def _sample_pair(cfg: RunConfig):
     from raytrain.session import data_source
 
     source = data_source(cfg)
-    if (type(source).loaders if source is not None else (cfg.data.loader,)).count("torch") == 0:
+    loaders = type(source).loaders if source is not None else (cfg.data.loader,)
+    if "torch" not in loaders:
         return None
     ctx = dataclasses.replace(data_context(cfg), loader="torch")
     try:

@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from raytrain.errors import ConfigError
+from raytrain.errors import ConfigError, shorten
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -66,8 +66,4 @@ def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Op
 
 def override_origin(override: Override) -> str:
     """The option an override came from, as messages name it (a 5000-digit value is named, not printed)."""
-    return override.origin if isinstance(override, Setting) else f"--set {shortened(override)}"
-
-
-def shortened(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} characters)"
+    return override.origin if isinstance(override, Setting) else f"--set {shorten(override)}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from raytrain.errors import shown
 from raytrain.validator.problems import Doc, Problem
 
 # k8s.io/apimachinery/pkg/util/validation
@@ -67,12 +68,6 @@ def is_port_name(value: str) -> bool:
     # validation.IsValidPortName (an IANA service name)
     return (0 < len(value) <= 15 and bool(IANA_SVC_NAME.match(value)) and "--" not in value
             and not value.startswith("-") and not value.endswith("-"))
-
-
-def shown(value: Any) -> str:
-    """A value as a message quotes it: control characters escaped, long ones cut."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # pkg/api/validation/objectmeta.go

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from raytrain.errors import shown
 from raytrain.validator.apimachinery import (
     check_labels,
     check_object_meta,
@@ -16,7 +17,6 @@ from raytrain.validator.apimachinery import (
     is_port_name,
     is_port_number,
     is_qualified_name,
-    shown,
 )
 from raytrain.validator.problems import Doc, Problem
 from raytrain.validator.quantity import QuantityError, parse_quantity

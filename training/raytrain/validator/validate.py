@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from raytrain import yamlfile
+from raytrain.errors import shown
 from raytrain.validator import raytrain_rules
 from raytrain.validator.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
 from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
@@ -309,8 +310,10 @@ def _ray_pod_templates(doc: Doc) -> list[Problem]:
     return out
 
 
-KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-API_VERSION = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+((alpha|beta)[0-9]+)?$")
+# A kind is a CamelCase name, a group a DNS subdomain (apimachinery's IsDNS1123Subdomain): bounded, so that no kind
+# ever becomes a file name too long for kubernetes-validate's schema lookup.
+KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
+API_VERSION = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?v[0-9]{1,9}((alpha|beta)[0-9]{1,9})?$")
 
 
 def _not_an_object(doc: Doc) -> list[Problem]:
@@ -323,7 +326,7 @@ def _not_an_object(doc: Doc) -> list[Problem]:
             out.append(Problem(doc.source, "", key, f"is {value!r}, not a string.",
                                f"write it as a string, e.g. {key}: {'v1' if key == 'apiVersion' else 'ConfigMap'}"))
         elif not pattern.match(value):  # the API server has no such resource (and it must never name a file path)
-            out.append(Problem(doc.source, "", key, f"{value!r} is not {what.split(', e.g.')[0]}.", f"write {what}"))
+            out.append(Problem(doc.source, "", key, f"{shown(value)} is not {what.split(', e.g.')[0]}.", f"write {what}"))
     meta = doc.obj.get("metadata")
     if meta is not None and not isinstance(meta, dict):
         out.append(Problem(doc.source, "", "metadata", f"is {type(meta).__name__}, not a mapping.",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from raytrain.validator.apimachinery import LABEL_FIX, is_dns1123_label, is_label_value, is_qualified_name, shown
+from raytrain.errors import shown
+from raytrain.validator.apimachinery import LABEL_FIX, is_dns1123_label, is_label_value, is_qualified_name
 from raytrain.validator.kuberay.common import (
     autoscaler_v2,
     containers_of,
