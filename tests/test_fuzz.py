@@ -22,8 +22,9 @@ from raytrain.config import PRESETS_DIR, load_config
 from raytrain.errors import RaytrainError
 
 REPO = Path(__file__).resolve().parents[1]
-# Two seeds in the unit tier (seconds); RAYTRAIN_FUZZ_SEEDS=200 soaks 200 of them.
-SEEDS = tuple(range(int(os.environ["RAYTRAIN_FUZZ_SEEDS"]))) if os.environ.get("RAYTRAIN_FUZZ_SEEDS") else (29, 30)
+# Two seeds in the unit tier (seconds); RAYTRAIN_FUZZ_SEEDS=200 soaks seeds 0-199, =200:400 seeds 200-399.
+_SOAK = os.environ.get("RAYTRAIN_FUZZ_SEEDS", "")
+SEEDS = tuple(range(*map(int, _SOAK.split(":"))) if ":" in _SOAK else range(int(_SOAK))) if _SOAK else (29, 30)
 CASE_LIMIT_S = 20  # one input: anything slower is a hang
 
 HOSTILE = [True, False, None, 0, -1, -(2**31) - 1, 2**63, 10**40, 1e308, -1e-9, float("nan"), float("inf"), "", " ",
