@@ -139,3 +139,14 @@ def test_validate_in_process(tmp_path, capsys, content, code, fragment):
     path.write_bytes(content)
     got, said = _main(["validate", str(path)], capsys)
     assert got == code and fragment in said, said
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: caf\xe9}\n", "is not UTF-8 text (byte 0xe9 at line 3)"),
+    (b"apiVersion: ray.io/v1\nkind: RayJob\nkind: RayJob\n", "found the key 'kind' twice"),
+])
+def test_emulate_reads_manifests_as_validate_does(tmp_path, capsys, content, fragment):
+    path = tmp_path / "rayjob.yaml"
+    path.write_bytes(content)
+    code, said = _main(["emulate", str(path)], capsys)
+    assert code != 0 and fragment in said, said
