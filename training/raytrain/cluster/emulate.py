@@ -421,10 +421,12 @@ class Emulation:
         self.say(f"activeDeadlineSeconds ({self.deadline}s) passed: the RayJob fails with DeadlineExceeded")
 
 
-def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Path, out: IO[str] = sys.stdout, *,
+def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Path, out: IO[str] | None = None, *,
             shared_dir: Path | None = None, isolation: str = "auto") -> int:
-    """Run RAYJOB.yaml as KubeRay would on a local multi-node Ray cluster; print the RayJob status.
-    Returns 0 for SUCCEEDED, 1 for a job that did not succeed, 2 for a RayJob that cannot be emulated."""
+    """Run RAYJOB.yaml as KubeRay would on a local multi-node Ray cluster; print the RayJob status (to `out`, default
+    the sys.stdout of the moment, not the one of import time). Returns 0 for SUCCEEDED, 1 for a job that did not
+    succeed, 2 for a RayJob that cannot be emulated."""
+    out = out or sys.stdout
     emulation = None
     try:
         clean_stale(out)
