@@ -100,3 +100,53 @@ def test_crds_that_cannot_be_found_or_fetched_say_how_to_stage_them(tmp_path):
                           cwd=REPO)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"--crds {tmp_path / 'none'} does not hold ray.io_rayclusters.yaml" in done.stderr
+
+
+def _main(args, capsys) -> tuple[int, str]:
+    """`raytrain ARGS` in this process (no interpreter start-up): the exit status and what it printed."""
+    from raytrain.cli import main
+
+    try:
+        code = main(args)
+    except SystemExit as exit_:
+        code = exit_.code
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize("name", ["2024", "true", "null", "1e3"])
+def test_name_is_the_string_typed(tmp_path, capsys, name):
+    """--name 2024 and --name true were refused and --name null trained under the preset's name: the value is the
+    run's name as typed. (The run stops at the GPU check, after the name has chosen the run directory.)"""
+    if pytest.importorskip("torch").cuda.is_available():
+        pytest.skip("needs a machine without CUDA: there the GPU check is what stops the run")
+    code, said = _main(["local", "linear", "--name", name, "--storage", str(tmp_path), "--set",
+                        "scaling.use_gpu=true"], capsys)
+    assert code == 2 and "scaling.use_gpu is true, but torch finds no CUDA device" in said, said
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+@pytest.mark.parametrize("content, code, fragment", [
+    (b"", 1, "nothing to check"),
+    (b"---\n---\n", 1, "nothing to check"),
+    (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: caf\xe9}\n", 1, "is not UTF-8 text"),
+    (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {a: 1, a: 2}\n", 1, "found the key 'a' twice"),
+    (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {a: '1'}\n", 0, "raytrain validate: OK"),
+])
+def test_validate_in_process(tmp_path, capsys, content, code, fragment):
+    path = tmp_path / "objects.yaml"
+    path.write_bytes(content)
+    got, said = _main(["validate", str(path)], capsys)
+    assert got == code and fragment in said, said
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b"apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: caf\xe9}\n", "is not UTF-8 text (byte 0xe9 at line 3)"),
+    (b"apiVersion: ray.io/v1\nkind: RayJob\nkind: RayJob\n", "found the key 'kind' twice"),
+])
+def test_emulate_reads_manifests_as_validate_does(tmp_path, capsys, content, fragment):
+    path = tmp_path / "rayjob.yaml"
+    path.write_bytes(content)
+    code, said = _main(["emulate", str(path)], capsys)
+    assert code != 0 and fragment in said, said

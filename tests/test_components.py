@@ -185,7 +185,7 @@ def test_built_in_models_check_their_arguments_though_they_return_a_torch_type(p
     assert key in str(err.value) and "Fix:" in str(err.value)
 
 
-def test_a_users_unresolvable_annotation_loses_only_its_own_check(tmp_path, monkeypatch):
+def test_a_users_unresolvable_annotation_loses_only_its_own_check_and_says_so(tmp_path, monkeypatch, capsys):
     (tmp_path / "my_models.py").write_text(textwrap.dedent("""
         from __future__ import annotations
         from typing import TYPE_CHECKING, Literal
@@ -206,7 +206,10 @@ def test_a_users_unresolvable_annotation_loses_only_its_own_check(tmp_path, monk
         with pytest.raises(ComponentError, match="model.head"):
             load_config(str(job))
         job.write_text("model: {_component_: my_models.net, block: anything}\ndata: {_component_: linear}\n")
-        assert load_config(str(job)).model.kwargs["block"] == "anything"  # unevaluable: taken as Any
+        assert load_config(str(job)).model.kwargs["block"] == "anything"  # unevaluable: taken as Any, and said once
+        said = capsys.readouterr().out
+        assert said.count("parameter 'block' is not checked") == 1 and "NameError" in said, said
+        assert "'width'" not in said and "'return'" not in said
     finally:
         sys.modules.pop("my_models", None)
 

@@ -105,3 +105,61 @@ def test_bad_config_is_rejected_with_a_message_naming_file_key_and_fix(tmp_path,
 def test_unknown_config_reference_lists_the_presets():
     with pytest.raises(ConfigError, match="neither a YAML file nor a preset.*linear"):
         load_config("no-such-preset")
+
+
+# (file text or None for GOOD, --set overrides, fragments): mistakes that once loaded silently, or with a traceback
+SILENTLY_WRONG = [
+    (None, ["train.epochs=true"], ["train.epochs: true is not allowed", "a boolean is not one", "an integer"]),
+    (None, ["model.hidden=true"], ["model.hidden: true is not allowed", "raytrain.models.mlp"]),
+    (None, ["train.lr=false"], ["train.lr: false is not allowed"]),
+    (None, ["scaling.cpus_per_worker=true"], ["scaling.cpus_per_worker: true is not allowed"]),
+    (None, ["scaling.num_workers=false"], ["scaling.num_workers: false is not allowed"]),
+    (None, ["train.loss=cross_entropy"], ["train.loss", "classification loss", "regression data", "use mse"]),
+    (None, ["train.loss=nll"], ["classification loss"]),
+    ("model: {name: mlp}\ndata: {name: linear}\ntrain: {epochs: 1, epochs: 2}\n", [],
+     ["line 3", "found the key 'epochs' twice"]),
+    ("model: {name: mlp}\nmodel: {name: mlp}\ndata: {name: linear}\n", [], ["found the key 'model' twice"]),
+    ("model: {name: mlp}\ndata: {name: linear}\ntrain: {epochs: " + "9" * 5000 + "}\n", [],
+     ["cannot read this value", "4300 digits"]),
+    (None, ["train.epochs=" + "9" * 5000], ["--set train.epochs=999", "(5013 characters)", "cannot read this value"]),
+    (None, ["train.seed=" + "[" * 3000 + "]" * 3000], ["--set train.seed=[[[", "nest"]),
+    (None, ["train.seed=" + "[" * 3000], ["--set train.seed=[[[", "nests too deeply"]),
+    (None, ["train.seed=" + "[" * 90 + "x"], ["train.seed: '[[[", "...("]),  # not YAML: a string, shown cut
+    ("a: " + "[" * 3000 + "]" * 3000 + "\n", [], ["nest"]),
+    ("a: " + "{b: " * 200 + "1" + "}" * 200 + "\n", [], ["nests deeper than 100 levels"]),
+    (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {train.epoks: 1}"), [], ["smoke block", "train.epoks"]),
+    (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {train.epochs: 0}"), [], ["smoke block", "train.epochs"]),
+    (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {scaling.num_workers: 3}"), [], ["smoke block",
+                                                                                       "does not split evenly"]),
+]
+
+
+@pytest.mark.parametrize("text, overrides, fragments", SILENTLY_WRONG)
+def test_configs_that_were_silently_wrong_are_refused(tmp_path, text, overrides, fragments):
+    path = write(tmp_path, text if text is not None else GOOD)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert "Fix:" in message and len(message) < 1000
+
+
+def test_a_config_that_is_not_utf8_names_the_byte(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(GOOD.replace("linear", "lin\xe9ar").encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"job.yaml: is not UTF-8 text \(byte 0xe9 at line 3\)"):
+        load_config(str(path))
+
+
+def test_booleans_stay_where_a_boolean_is_meant(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["scaling.use_gpu=false", "model.hidden=4"])
+    assert cfg.scaling.use_gpu is False and cfg.model.kwargs["hidden"] == 4
+
+
+@pytest.mark.parametrize("name", ["2024", "true", "null", "1e3", "~", "[a]", "'q'", "0x1F"])
+def test_name_and_storage_are_strings_as_typed(tmp_path, name):
+    from raytrain.run_options import config_overrides
+
+    cfg = load_config(write(tmp_path, GOOD), config_overrides(None, name, str(tmp_path / name)))
+    assert cfg.run.name == name and cfg.run.storage_path == str(tmp_path / name)

@@ -36,3 +36,59 @@ def test_a_model_that_builds_passes_without_allocating(tmp_path):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     preflight.check_model_builds(cfg)  # ~600 M parameters, 2.4 GB as float32: the meta device holds none of it
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500 * 1024  # KiB
+
+
+@pytest.mark.parametrize("preset, overrides, fragments", [
+    ("linear", ["model.in_features=3"], ["model raytrain.models.mlp(in_features=3", "inputs shaped (2, 1)",
+                                         "Fix: make the model section fit the data"]),
+    ("digits", ["model.in_channels=3"], ["raytrain.models.small_cnn(in_channels=3", "inputs shaped (2, 1, 8, 8)"]),
+    ("linear", ["model.hidden=8", "model.layers=0", "model.in_features=2"], ["mlp(in_features=2"]),
+])
+def test_a_model_that_does_not_fit_the_data_is_named_before_ray(tmp_path, preset, overrides, fragments):
+    cfg = load_config(preset, overrides + [f"run.storage_path={tmp_path}"])
+    with pytest.raises(ConfigError) as caught:
+        preflight.check_model_fits_data(cfg)
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("preset", ["linear", "digits", "text-rnn", "streaming", "cifar10-vit"])
+def test_the_presets_fit_their_data(tmp_path, preset):
+    cfg = load_config(preset, [f"run.storage_path={tmp_path}"], smoke=True)
+    preflight.prepare_data(cfg)
+    preflight.check_model_fits_data(cfg)
+
+
+def test_a_loss_that_does_not_fit_the_output_is_named(tmp_path):
+    cfg = load_config("digits", ["model.num_classes=10", "train.loss=mse", f"run.storage_path={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"train.loss torch.nn.functional.mse_loss cannot compare the model's "
+                                          r"output \(2, 10\) against targets \(2,\)"):
+        preflight.check_model_fits_data(cfg)
+
+
+def test_only_the_meta_devices_own_limits_are_passed_over(tmp_path, monkeypatch):
+    """torch's "cannot be called on meta tensors" is a limit of the check; a user's error that merely says "meta"
+    (metadata, ...) is the user's, and is named."""
+    assert preflight._meta_limit(RuntimeError("Tensor.item() cannot be called on meta tensors"))
+    assert preflight._meta_limit(NotImplementedError("Could not run 'aten::foo' with arguments from the 'Meta' backend"))
+    assert not preflight._meta_limit(ValueError("metadata.json is missing"))
+    assert not preflight._meta_limit(RuntimeError("bad metaparameter"))
+    (tmp_path / "my_nets.py").write_text(
+        "import torch\n"
+        "def meta_reader(width: int = 2):\n    raise RuntimeError('metadata file not found')\n"
+        "def item_reader(width: int = 2):\n    torch.zeros(2).sum().item()\n    return torch.nn.Linear(1, width)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = tmp_path / "job.yaml"
+    job.write_text("model: {_component_: my_nets.meta_reader}\ndata: {_component_: linear}\n")
+    with pytest.raises(ConfigError, match="cannot be built: RuntimeError: metadata file not found .at .*my_nets.py:3"):
+        preflight.check_model_builds(load_config(str(job)))
+    job.write_text("model: {_component_: my_nets.item_reader}\ndata: {_component_: linear}\n")
+    preflight.check_model_builds(load_config(str(job)))  # .item() on the meta device: checked on the workers instead
+
+
+def test_local_refuses_use_gpu_without_cuda():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the refusal is for machines without one")
+    with pytest.raises(ConfigError, match="scaling.use_gpu is true, but torch finds no CUDA device"):
+        preflight.check_local_gpu(load_config("linear", ["scaling.use_gpu=true"]))

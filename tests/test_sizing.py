@@ -67,3 +67,13 @@ def test_the_autoscaler_is_asked_for_every_worker_and_ray_datas_cpu():
     assert scale_up_bundles(linear, {"CPU": 0.5, "GPU": 1.0}) == [{"CPU": 1, "GPU": 1}] * 3
     digits = load_config("digits")  # data.loader: ray keeps a CPU for Ray Data's tasks
     assert scale_up_bundles(digits, {"CPU": 1.0}) == [{"CPU": 1}] * digits.scaling.num_workers + [{"CPU": 1}]
+
+
+def test_auto_never_thins_a_worker_below_a_quarter_cpu():
+    """64 workers on a 2-CPU laptop were admitted at 1/32 CPU each and never trained: now they cannot be scheduled."""
+    cfg = load_config("linear", ["scaling.num_workers=64", "train.batch_size=64"])
+    with pytest.raises(LaunchError) as caught:
+        size_workers(cfg, [{"CPU": 2.0}])
+    assert "at least 0.25 CPU" in str(caught.value) and "hold at most 8" in str(caught.value)
+    cfg = load_config("linear", ["scaling.num_workers=8", "train.batch_size=64"])
+    assert size_workers(cfg, [{"CPU": 2.0}]) == {"CPU": 0.25}

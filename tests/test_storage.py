@@ -3,7 +3,6 @@ fix, and exit 2 from the real CLI. Tests run as root here, so the unwritable cas
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

@@ -120,8 +120,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_local(args: argparse.Namespace) -> int:
     from raytrain.attempt import run_attempt
     from raytrain.local import LocalTrainer
+    from raytrain.preflight import check_local_gpu
 
     cfg = _load(args)
+    check_local_gpu(cfg)
     return run_attempt(cfg, LocalTrainer(cfg), _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 

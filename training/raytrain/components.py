@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import pydantic
 
-from raytrain.errors import ConfigError
+from raytrain.errors import ConfigError, shown
 
 COMPONENT_KEY = "_component_"
 LEGACY_NAME_KEY = "name"  # configs written before components: `name: mlp` means `_component_: mlp`
@@ -120,12 +120,12 @@ def import_target(reference: Any, where: Where, section: str) -> tuple[str, Call
     aliases = ALIASES.get(section, {})
     builtins = f" or a built-in: {', '.join(aliases)}" if aliases else ""
     if not isinstance(reference, str) or not reference.strip():
-        raise ComponentError(f"{where}: {key}: {reference!r} is not an import path. Fix: name a callable as "
+        raise ComponentError(f"{where}: {key}: {shown(reference)} is not an import path. Fix: name a callable as "
                              f"package.module.name{builtins}.")
     path = canonical_path(reference, section)
     module_name, _, attribute = path.rpartition(".")
     if not module_name or not attribute or not all(part.isidentifier() for part in path.split(".")):
-        raise ComponentError(f"{where}: {key}: '{reference}' is neither an import path (package.module.name) nor a "
+        raise ComponentError(f"{where}: {key}: {shown(reference)} is neither an import path (package.module.name) nor a "
                              f"built-in name. Fix: {_did_you_mean(reference, aliases)}write module.name{builtins}.")
     try:
         module = importlib.import_module(module_name)
@@ -136,7 +136,7 @@ def import_target(reference: Any, where: Where, section: str) -> tuple[str, Call
                 f"{where}: {key}: module '{module_name}' cannot be imported: '{missing}' is not on the import path "
                 f"(the working directory {_working_dirs()} and the installed packages). Fix: run raytrain from your "
                 f"project's directory or pass --working-dir DIR, or install your package (in the image for a "
-                f"cluster); check the spelling of '{reference}'.") from None
+                f"cluster); check the spelling of {shown(reference)}.") from None
         raise ComponentError(f"{where}: {key}: importing '{module_name}' failed: {err}{_error_site(err)}. Fix: "
                              f"install '{missing}' where the run executes (and in the image for a cluster).") from None
     except Exception as err:  # the user's module raised while importing: show where
@@ -192,7 +192,7 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
         if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
             continue
         hint = hints.get(name, Any if param.annotation is param.empty else param.annotation)
-        if isinstance(hint, str):
+        if isinstance(hint, str):  # a forward reference that did not evaluate (said by parameter_hints)
             hint = Any
         if injected and _is_injected(hint, injected):
             continue
@@ -201,9 +201,30 @@ def _signature_model(target: Callable, skip: int, injected: tuple[type, ...]) ->
     config = pydantic.ConfigDict(extra=extra, arbitrary_types_allowed=True, protected_namespaces=())
     try:
         return pydantic.create_model(f"{_name(target)}Args", __config__=config, **fields)
-    except Exception:  # an annotation pydantic cannot check (e.g. a bare torch type): check names only
-        loose = {name: (Any, default) for name, (_hint, default) in fields.items()}
-        return pydantic.create_model(f"{_name(target)}Args", __config__=config, **loose)
+    except pydantic.PydanticUserError:  # an annotation pydantic cannot check: only that one is taken as Any
+        for name, (hint, default) in list(fields.items()):
+            try:
+                pydantic.create_model("Probe", __config__=config, **{name: (hint, default)})
+            except pydantic.PydanticUserError as err:
+                _say_unchecked(target, name, hint, f"pydantic cannot check it: {str(err).splitlines()[0]}")
+                fields[name] = (Any, default)
+        return pydantic.create_model(f"{_name(target)}Args", __config__=config, **fields)
+
+
+_UNCHECKED_SAID: set[tuple[str, str]] = set()
+
+
+def _say_unchecked(target: Callable, name: str, annotation: Any, why: str) -> None:
+    """A parameter whose annotation cannot be used is taken as Any, and said once: a check is never dropped unsaid."""
+    where = f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', _name(target))}"
+    if (where, name) in _UNCHECKED_SAID:
+        return
+    _UNCHECKED_SAID.add((where, name))
+    from raytrain import console
+
+    console.warning(f"{where}: the value of parameter '{name}' is not checked: its annotation {annotation!r} {why}. "
+                    f"Fix: import the annotation's names at run time (not only under TYPE_CHECKING), or leave it "
+                    f"unannotated.")
 
 
 def parameter_hints(target: Callable) -> dict[str, Any]:
@@ -214,16 +235,19 @@ def parameter_hints(target: Callable) -> dict[str, Any]:
     owner = target if dataclasses.is_dataclass(target) else target.__init__ if inspect.isclass(target) else target
     try:
         hints = typing.get_type_hints(owner, include_extras=True)
-    except Exception:
+    except (NameError, AttributeError, SyntaxError, TypeError):  # one annotation does not evaluate: the others still do
         hints = {}
         for klass_or_function in reversed(owner.__mro__) if inspect.isclass(owner) else [owner]:
             module = sys.modules.get(getattr(klass_or_function, "__module__", ""))
             namespace = dict(getattr(inspect.unwrap(klass_or_function), "__globals__", None) or vars(module or sys))
             for name, annotation in inspect.get_annotations(klass_or_function).items():
+                if name == "return":  # never checked; the built-in models' "nn.Module" is for type checkers only
+                    continue
                 try:
                     hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation  # noqa: S307
-                except Exception:  # a name only a type checker sees: Any
-                    continue
+                except (NameError, AttributeError, SyntaxError, TypeError) as err:  # e.g. a TYPE_CHECKING-only name
+                    _say_unchecked(klass_or_function, name, annotation,
+                                   f"does not evaluate here ({err.__class__.__name__}: {err})")
     hints.pop("return", None)
     return hints
 
@@ -248,6 +272,7 @@ def check_kwargs(target: Callable, kwargs: dict, where: Where, section: str, ski
     """The keyword arguments as the callable will get them (YAML's '1e-3' becomes 0.001), defaults included where
     they are plain data (so config.yaml shows what trained), or ComponentError naming the first wrong key."""
     model = signature_model(target, skip, injected)
+    _refuse_bools(model, kwargs, where, section, path or _name(target))
     try:
         checked = model.model_validate(kwargs)
     except pydantic.ValidationError as err:
@@ -256,6 +281,34 @@ def check_kwargs(target: Callable, kwargs: dict, where: Where, section: str, ski
               if name in kwargs or _plain(getattr(checked, name))}
     values.update({k: v for k, v in (checked.model_extra or {}).items()})
     return values
+
+
+def _refuse_bools(model: type[pydantic.BaseModel], kwargs: dict, where: Where, section: str, what: str) -> None:
+    """true/false where a number is meant: pydantic would read it as 1/0 (`model.width: true` builds a width-1 model),
+    so a boolean is taken only by a parameter whose annotation names bool (or takes anything)."""
+    for name, value in kwargs.items():
+        field = model.model_fields.get(name)
+        if isinstance(value, bool) and field is not None and not _admits_bool(field.annotation):
+            key = f"{section}.{name}" if section else name
+            expected = _annotation_text(field.annotation)
+            bound = next((_bound_text({k: getattr(m, k)}) for m in field.metadata for k in ("gt", "ge", "lt", "le")
+                          if getattr(m, k, None) is not None), "")
+            raise ComponentError(f"{where_of(where, key)}: {key}: {str(value).lower()} is not allowed ({what} takes "
+                                 f"{expected} here, and a boolean is not one). Fix: use {expected}{bound}.")
+
+
+def _admits_bool(hint: Any) -> bool:
+    if hint is Any or hint is bool or hint is object:
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _admits_bool(typing.get_args(hint)[0])
+    if origin is typing.Literal:
+        return any(isinstance(choice, bool) for choice in typing.get_args(hint))
+    if origin is typing.Union or type(hint).__name__ == "UnionType":
+        return any(_admits_bool(option) for option in typing.get_args(hint))
+    return origin is None and not (isinstance(hint, type) and issubclass(hint, (int, float, str, bytes, list, dict,
+                                                                                  tuple, set)))
 
 
 def _plain(value: Any) -> bool:
@@ -294,7 +347,7 @@ def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], give
     expected = _annotation_text(model.model_fields[name].annotation) if name in model.model_fields else "a valid value"
     message = first.get("msg", "invalid").rstrip(".")
     bound = _bound_text(first.get("ctx") or {})
-    return f"{where}: {key}: {value!r} is not allowed ({message}). Fix: use {expected}{bound}."
+    return f"{where}: {key}: {shown(value)} is not allowed ({message}). Fix: use {expected}{bound}."
 
 
 def _bound_text(ctx: dict) -> str:
@@ -308,6 +361,11 @@ def _bound_text(ctx: dict) -> str:
 
 def _annotation_text(hint: Any) -> str:
     origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        inner = typing.get_args(hint)[0]
+        bounds = [_bound_text({k: getattr(m, k)}) for m in getattr(hint, "__metadata__", ())
+                  for k in ("gt", "ge", "lt", "le") if getattr(m, k, None) is not None]
+        return _annotation_text(inner) + "".join(bounds[:1])
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(choice) for choice in typing.get_args(hint))
     if origin is typing.Union:
@@ -355,7 +413,7 @@ def instantiate(component: Component, *args: Any, **injected: Any) -> Any:
         try:
             parameters = inspect.signature(target).parameters
             hints = parameter_hints(target)
-        except Exception:
+        except (TypeError, ValueError):  # a builtin without a signature: nothing to inject
             parameters, hints = {}, {}
         for name in parameters:
             hint = hints.get(name)

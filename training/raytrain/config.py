@@ -23,9 +23,10 @@ from typing import Annotated, Any, Literal, Optional, Union
 import yaml
 from pydantic import Field
 
-from raytrain import components
-from raytrain.components import COMPONENT_KEY, Component, ComponentError
-from raytrain.errors import ConfigError
+from raytrain import components, yamlfile
+from raytrain.components import COMPONENT_KEY, Component
+from raytrain.errors import ConfigError, shorten, shown
+from raytrain.run_options import Override, Setting, override_origin
 
 PRESETS_DIR = Path(__file__).parent / "configs"
 
@@ -177,26 +178,29 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+def _is_file(path: Path) -> bool:
+    """is_file() for any name a user can type: one too long for the OS, or with a NUL in it, is no file."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_config_path(ref: str) -> Path:
     path = Path(ref)
-    if path.is_file():
+    if _is_file(path):
         return path
     preset = PRESETS_DIR / f"{ref}.yaml"
-    if "/" not in ref and preset.is_file():
+    if "/" not in ref and _is_file(preset):
         return preset
     raise ConfigError(
-        f"config '{ref}' is neither a YAML file nor a preset. "
+        f"config {shown(ref)} is neither a YAML file nor a preset. "
         f"Fix: give a path to a run config, or one of the presets: {', '.join(preset_names())}."
     )
 
 
 def read_yaml_mapping(path: Path) -> dict:
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({_one_line(err)}). Fix the syntax at the position shown.") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot be read ({err.strerror}). Fix: check the path and its permissions.") from None
+    loaded = yamlfile.read(path)  # UTF-8, no duplicate keys, bounded depth: one YAMLFileError naming the line
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -207,23 +211,39 @@ def read_yaml_mapping(path: Path) -> dict:
     return loaded
 
 
-def load_config(ref: str, overrides: typing.Sequence[Union[str, tuple[str, str]]] = (), smoke: bool = False,
+def load_config(ref: str, overrides: typing.Sequence[Override] = (), smoke: bool = False,
                 import_user_code: bool = True) -> RunConfig:
     """Resolve a run config: defaults -> file (or preset, its include: files first) -> smoke block -> --set.
     import_user_code=False (raytrain validate, which runs without the user's project and without torch): only
-    raytrain's own components are imported and checked; the others are listed in `unchecked`."""
+    raytrain's own components are imported and checked; the others are listed in `unchecked`. The smoke block is
+    checked without smoke mode too: a mistake in it is found before the first --smoke-test, not by it."""
     path = resolve_config_path(ref)
     raw, smoke_block, included = _read_layered(path)
     source = f"{path} (with {', '.join(map(str, included))})" if included else str(path)
+    config = _resolve(copy.deepcopy(raw), smoke_block if smoke else {}, overrides, path, source, import_user_code)
+    if smoke_block and not smoke:
+        try:
+            _resolve(raw, smoke_block, overrides, path, source, import_user_code)
+        except ConfigError as err:
+            if f"({SMOKE_KEY} block)" in str(err):
+                raise
+            # a rule across keys that only the smoke block's values break: say where they come from
+            raise ConfigError(f"with its {SMOKE_KEY} block applied (as --smoke-test does): {err}") from None
+    return config
+
+
+def _resolve(raw: dict, smoke_block: dict, overrides: typing.Sequence[Override], path: Path, source: str,
+             import_user_code: bool) -> RunConfig:
     origins: dict[str, str] = {}  # dotted key -> what set it last, when not the file itself
-    if smoke:
-        for key, value in smoke_block.items():
-            _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
-            origins[str(key)] = f"{source} ({SMOKE_KEY} block)"
+    for key, value in smoke_block.items():
+        _set_dotted(raw, str(key), value, f"{source} ({SMOKE_KEY} block)")
+        origins[str(key)] = f"{source} ({SMOKE_KEY} block)"
     for override in overrides:
-        # "key=value" from --set, or (key=value, the option that stands for it: "--name x") to blame that option
-        text, origin = override if isinstance(override, tuple) else (override, f"--set {override}")
-        key, value = parse_override(text)
+        if isinstance(override, Setting):  # --name, --storage: the string as typed
+            key, value, origin = override.key, override.value, override.origin
+        else:  # "key=value" from --set
+            origin = override_origin(override)
+            key, value = parse_override(override)
         _set_dotted(raw, key, value, origin)
         origins[key] = origin
     raw.setdefault("run", {})
@@ -258,8 +278,9 @@ def _read_layered(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict, dict,
     here = chain + (path.resolve(),)
     for name in includes:
         included = (path.parent / name).expanduser()
-        if not included.is_file():
-            raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' not found (looked for {included}). "
+        if not _is_file(included):
+            raise ConfigError(f"{source}: {INCLUDE_KEY}: {shown(name)} not found (looked for "
+                              f"{shorten(str(included), 200)}). "
                               f"Fix: give a path relative to {path.parent}, or an absolute one.")
         if included.resolve() in here:
             raise ConfigError(f"{source}: {INCLUDE_KEY}: '{name}' includes itself (through {' -> '.join(map(str, here))})."
@@ -280,8 +301,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {text}: expected key=value. Fix: write it as e.g. --set train.lr=0.01.")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
+        parsed = yamlfile.load(value, f"--set {shorten(text)}") if value.strip() else None
+    except yamlfile.YAMLFileError as err:
+        if not err.syntax:
+            raise  # a key twice, nested too deep, a number Python cannot hold: a string would hide the mistake
         parsed = value  # a plain string such as a path with ':' in it
     return key.strip(), parsed
 
@@ -346,12 +369,19 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
         data_component.target, type) and issubclass(data_component.target, DataSource) else None
     loss = _loss(train.loss if train.loss is not None else (source_class or DataSource).default_loss, where,
                  import_user_code)
+    if (source_class is not None and loss.path in CLASSIFICATION_LOSSES
+            and components.canonical_path(source_class.default_loss, "loss") not in CLASSIFICATION_LOSSES):
+        # cross_entropy over one regression output is log_softmax of one value: 0 whatever the model does
+        raise ConfigError(f"{where('train.loss')}: train.loss: {loss.path} is a classification loss, but "
+                          f"{data_component.path} is regression data (one real-valued target per sample): the loss "
+                          f"would be 0 and nothing would train. Fix: use {source_class.default_loss} (its default), "
+                          f"or leave train.loss unset.")
     data = None
     if data_component is not None:
         loaders = source_class.loaders if source_class else ("torch", "ray")
         loader = own.get("loader", loaders[0])
         if loader not in loaders:
-            raise ConfigError(f"{where('data.loader')}: data.loader: {loader!r} is not available for "
+            raise ConfigError(f"{where('data.loader')}: data.loader: {shown(loader)} is not available for "
                               f"{data_component.path}. Fix: use one of {', '.join(loaders)}.")
         data = DataSection(data_component, loader)
     optimizer = _optional_component(train.optimizer, where, "train.optimizer", import_user_code, skip=1)
@@ -474,10 +504,6 @@ def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optio
 
 def _typename(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
-
-
-def _one_line(err: Exception) -> str:
-    return " ".join(str(err).split())
 
 
 def config_from_dict(resolved: dict, source: str = "<stored config>") -> RunConfig:

@@ -25,3 +25,13 @@ class ConfigError(UsageError, ValueError):
 
 class LaunchError(RaytrainError, RuntimeError):
     """The run cannot start or did not finish; the message is one paragraph for the user."""
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """A user's value as a message repeats it: cut when long (a 5000-digit --set is named, not printed)."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} characters)"
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """repr() of a user's value for a message: control characters escaped, cut when long."""
+    return shorten(repr(value), limit)

@@ -35,9 +35,6 @@ class LocalTrainer:
         cfg = self.cfg
         session = LocalSession(cfg, records.run_dir, os.cpu_count() or 1, control=records.control,
                                on_row=lambda row: console.epoch(format_row(row, cfg.train.epochs), row, out=self.out))
-        if cfg.scaling.use_gpu and session.device.type != "cuda":
-            console.warning("scaling.use_gpu is true but torch sees no CUDA device here: training on the CPU",
-                            out=self.out)
         console.info("training", f"local training {cfg.run.name} on {session.device}; run directory "
                      f"{records.run_dir} (attempt {records.token})", out=self.out, run_dir=str(records.run_dir),
                      attempt=records.token)

@@ -5,6 +5,9 @@ decide how the user's code reaches the workers.
 
 from __future__ import annotations
 
+import re
+import traceback
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,6 +21,23 @@ from raytrain.storage import check_storage
 # Never shipped with the user's code: version control, environments, caches and run output.
 SHIP_EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", "runs", "*.pt",
                  "*.ckpt"]
+
+
+# What torch says when the meta device cannot run an operation (no meta kernel, a value read out of a tensor that
+# has none): a limit of the check, not the user's mistake. Anything else a constructor raises is the user's.
+META_LIMIT = re.compile(r"\bmeta tensors?\b|'Meta' backend|\bmeta device\b|device='meta'", re.IGNORECASE)
+
+
+def _meta_limit(err: BaseException) -> bool:
+    return isinstance(err, (NotImplementedError, RuntimeError)) and bool(META_LIMIT.search(str(err)))
+
+
+def _keep_traceback(err: BaseException) -> None:
+    """The whole traceback of an error the message sums up, in the run's driver-logs copy (when there is one)."""
+    path = console.copy_path()
+    if path is not None:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("".join(traceback.format_exception(type(err), err, err.__traceback__)))
 
 
 def check_model_builds(cfg: RunConfig) -> None:
@@ -34,14 +54,100 @@ def check_model_builds(cfg: RunConfig) -> None:
             build_model(cfg)
     except ConfigError:
         raise
-    except NotImplementedError:  # a constructor that does real tensor work the meta device cannot: checked later
-        return
     except Exception as err:
-        message = " ".join(str(err).split()) or err.__class__.__name__
-        if "meta" in message.lower():  # as above: not the user's mistake
+        if _meta_limit(err):  # a constructor that does real tensor work the meta device cannot: checked on the workers
             return
+        _keep_traceback(err)
+        message = " ".join(str(err).split()).rstrip(".") or err.__class__.__name__
         raise ConfigError(f"{cfg.source}: model: {cfg.model.path}({_kwargs(cfg.model.kwargs)}) cannot be built: "
-                          f"{err.__class__.__name__}: {message}. Fix: correct the model section's values.") from None
+                          f"{err.__class__.__name__}: {message}{components.innermost_site(err)}. Fix: correct the "
+                          f"model section's values.") from None
+
+
+def _sample_pair(cfg: RunConfig):
+    """One (input, target) of the training data as tensors, read as a map-style dataset (also for a source that
+    feeds Ray Data, when it can feed torch too); None where the data gives no such item (a Ray-only source, an
+    iterable dataset, items that are not pairs)."""
+    import dataclasses
+
+    import torch
+
+    from raytrain.build import data_source
+
+    if cfg.data is None or cfg.model is None:  # a loop that builds its own: nothing to match here
+        return None
+    source = data_source(cfg)
+    loaders = type(source).loaders if source is not None else (cfg.data.loader,)
+    if "torch" not in loaders:
+        return None
+    ctx = dataclasses.replace(data_context(cfg), loader="torch")
+    try:
+        produced = source.datasets(ctx) if source is not None else components.instantiate(cfg.data.component, ctx=ctx)
+        train = produced.get("train") if isinstance(produced, dict) else None
+        if not (hasattr(train, "__getitem__") and hasattr(train, "__len__")) or len(train) == 0:
+            return None
+        item = train[0]
+    except DataUnavailable as err:
+        raise LaunchError(str(err)) from None
+    except Exception as err:
+        _keep_traceback(err)
+        raise ConfigError(f"{cfg.source}: data: {cfg.data.path} failed while its first training sample was read: "
+                          f"{err.__class__.__name__}: {err}{components.innermost_site(err)}. Fix: the error is in the "
+                          f"data component or its arguments.") from None
+    if not isinstance(item, (tuple, list)) or len(item) != 2:
+        return None
+    try:
+        return torch.as_tensor(item[0]), torch.as_tensor(item[1])
+    except (TypeError, ValueError, RuntimeError):
+        return None  # not tensors (text before its collate): the loop's own collate decides
+
+
+def check_model_fits_data(cfg: RunConfig) -> None:
+    """One batch shaped like the training data through the model and the loss on torch's meta device (no memory, no
+    compute): a model that does not fit the data (`model.in_features: 3` on one input feature) fails here, once,
+    naming both sections, instead of at the first step of every worker and then through every restart."""
+    import torch
+
+    from raytrain.build import build_loss, build_model
+
+    pair = _sample_pair(cfg)
+    if pair is None:
+        return
+    x, y = (torch.empty((2, *t.shape), dtype=t.dtype, device="meta") for t in pair)
+    with torch.device("meta"):
+        model = build_model(cfg)
+    stage, shapes = "model", f"inputs shaped {tuple(x.shape)} ({x.dtype})"
+    try:
+        out = model(x)
+        if isinstance(out, torch.Tensor):
+            stage, shapes = "loss", f"the model's output {tuple(out.shape)} against targets {tuple(y.shape)} ({y.dtype})"
+            with warnings.catch_warnings():
+                # torch only warns when mse/l1 broadcast an output against targets of another shape: wrong, not slow
+                warnings.simplefilter("error", UserWarning)
+                build_loss(cfg)(out, y)
+    except ConfigError:
+        raise
+    except Exception as err:
+        if _meta_limit(err):
+            return
+        _keep_traceback(err)
+        what = (f"model {cfg.model.path}({_kwargs(cfg.model.kwargs)}) cannot take a batch of {cfg.data.path}'s"
+                if stage == "model" else f"train.loss {cfg.loss.path} cannot compare")
+        message = " ".join(str(err).split()).rstrip(".") or err.__class__.__name__
+        fix = ("make the model section fit the data (its input size or channels)" if stage == "model" else
+               "make the model's output fit the targets (out_features, num_classes), or choose a loss for them")
+        raise ConfigError(f"{cfg.source}: {what} {shapes}: {err.__class__.__name__}: {message}. Fix: {fix}.") from None
+
+
+def check_local_gpu(cfg: RunConfig) -> None:
+    """`raytrain local` trains in this process: scaling.use_gpu without a CUDA device here would train on the CPU
+    without a word. (`raytrain run` asks the cluster for GPUs instead: sizing refuses a cluster without them.)"""
+    import torch
+
+    if cfg.scaling.use_gpu and not torch.cuda.is_available():
+        raise ConfigError(f"{cfg.source}: scaling.use_gpu is true, but torch finds no CUDA device on this machine "
+                          f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'}). Fix: set "
+                          f"scaling.use_gpu=false to train on the CPU, or run where a GPU is.")
 
 
 def take_lease(cfg: RunConfig, ttl_s: float, *, wait: bool, notify: Callable[[str], None],
@@ -107,7 +213,8 @@ def start_run(cfg: RunConfig, records: runs.Records, failure_record: Callable[[P
     records.write_config(dump_yaml(cfg))
     try:
         prepare_data(cfg)
-    except LaunchError as err:
+        check_model_fits_data(cfg)
+    except (LaunchError, ConfigError) as err:
         records.write_result(failure_record(records.run_dir, str(err)))
         raise
 

@@ -5,9 +5,10 @@ overrides. One copy: the CLI declares its commands with it, and `raytrain valida
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Optional, Union
 
-from raytrain.errors import ConfigError
+from raytrain.errors import ConfigError, shorten
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +35,17 @@ def add_lease_option(parser: argparse.ArgumentParser) -> None:
                              "without this flag")
 
 
-Override = Union[str, tuple[str, str]]  # KEY=VALUE from --set, or (KEY=VALUE, the option it came from)
+@dataclass(frozen=True)
+class Setting:
+    """An option that stands for one key (--name for run.name): its value is the string typed, never read as YAML
+    (`--name 2024` is the run '2024', `--name null` the run 'null')."""
+
+    key: str
+    value: str
+    origin: str
+
+
+Override = Union[str, Setting]  # KEY=VALUE from --set (its value read as YAML), or an option's Setting
 
 
 def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Optional[str]) -> list[Override]:
@@ -47,11 +58,12 @@ def config_overrides(sets: Optional[list[str]], name: Optional[str], storage: Op
         if value is not None and not value.strip():  # e.g. an unset shell variable: refused, never ignored
             raise ConfigError(f"{option} {value!r}: is empty. Fix: {fix}, or leave {option} out.")
     if name is not None:
-        overrides.append((f"run.name={name}", f"--name {name}"))
+        overrides.append(Setting("run.name", name, f"--name {name}"))
     if storage is not None:
-        overrides.append((f"run.storage_path={storage}", f"--storage {storage}"))
+        overrides.append(Setting("run.storage_path", storage, f"--storage {storage}"))
     return overrides
 
 
 def override_origin(override: Override) -> str:
-    return override[1] if isinstance(override, tuple) else f"--set {override}"
+    """The option an override came from, as messages name it (a 5000-digit value is named, not printed)."""
+    return override.origin if isinstance(override, Setting) else f"--set {shorten(override)}"

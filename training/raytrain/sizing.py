@@ -10,18 +10,23 @@ import math
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 
+# The least share of a CPU `cpus_per_worker: auto` gives a worker. Each worker is a whole PyTorch process (DDP, its
+# own threads and ~300 MB): 64 of them on 2 CPUs are admitted by Ray at 1/32 CPU each and then never train.
+MIN_AUTO_SHARE = 0.25
+
 
 def auto_cpus_per_worker(node_cpus: list[float], num_workers: int, reserve: float) -> float:
-    """The largest share of a CPU, 1, 1/2, 1/3, ..., that lets every worker fit on the nodes as they are,
-    after `reserve` CPUs are kept free (for Ray Data's tasks) on the largest node."""
+    """The largest share of a CPU, 1, 1/2, 1/3, 1/4, that lets every worker fit on the nodes as they are, after
+    `reserve` CPUs are kept free (for Ray Data's tasks) on the largest node; MIN_AUTO_SHARE when none does (the
+    job then cannot be scheduled, which size_workers says)."""
     capacities = sorted(node_cpus, reverse=True)
     if capacities:
         capacities[0] = max(capacities[0] - reserve, 0.0)
-    for divisor in range(1, 65):
+    for divisor in range(1, round(1 / MIN_AUTO_SHARE) + 1):
         share = 1.0 / divisor
         if sum(math.floor(c / share + 1e-9) for c in capacities) >= num_workers:
             return share
-    return 1.0 / 64
+    return MIN_AUTO_SHARE
 
 
 def workers_that_fit(nodes: list[dict], per_worker: dict[str, float]) -> int:
@@ -53,10 +58,13 @@ def size_workers(cfg: RunConfig, nodes: list[dict]) -> dict[str, float]:
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
         held = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")) or "nothing"
                          for n in nodes)
+        floor = (f" (cpus_per_worker: auto gives a worker at least {MIN_AUTO_SHARE:g} CPU: each is a whole "
+                 f"PyTorch process, and thinner shares never train)") if s.cpus_per_worker == "auto" else ""
         raise LaunchError(
-            f"this job can never be scheduled: it needs {s.num_workers} workers of {{{shape}}} but the cluster's "
-            f"{len(nodes)} node(s) ({held}) hold at most {fit}. Fix: lower scaling.num_workers or the resources "
-            f"per worker (scaling.cpus_per_worker, scaling.gpus_per_worker), or add worker nodes to the cluster."
+            f"this job can never be scheduled: it needs {s.num_workers} workers of {{{shape}}}{floor} but the "
+            f"cluster's {len(nodes)} node(s) ({held}) hold at most {fit}. Fix: lower scaling.num_workers or the "
+            f"resources per worker (scaling.cpus_per_worker, scaling.gpus_per_worker), or add worker nodes to the "
+            f"cluster."
         )
     return per_worker
 

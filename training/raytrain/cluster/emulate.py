@@ -32,6 +32,7 @@ from typing import IO, Any, Iterator
 
 import yaml
 
+from raytrain import yamlfile
 from raytrain.cluster.dashboard import alive_nodes, http_get
 from raytrain.validator.kustomize import KustomizeError, is_kustomization, kustomize_build
 from raytrain.cluster.localcluster import LocalCluster, clean_stale, cluster_shape
@@ -70,15 +71,16 @@ class JobInput:
 def load_rayjob(path: Path) -> JobInput:
     """The one RayJob of a multi-document file (or of a kustomization directory, as `kubectl apply -k` would
     apply it), plus its ConfigMaps."""
-    try:
-        text = kustomize_build(path) if is_kustomization(path) else Path(path).read_text()
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except KustomizeError as err:
+    try:  # the strict reader `raytrain validate` uses: UTF-8, no key twice, bounded depth
+        if is_kustomization(path):
+            docs = yamlfile.load_all(kustomize_build(path), f"{path} (kubectl kustomize)")
+        else:
+            docs = yamlfile.read_all(Path(path))
+        docs = [d for d in docs if d is not None]
+    except (KustomizeError, yamlfile.YAMLFileError) as err:
         raise RayJobError(str(err)) from None
     except OSError as err:
         raise RayJobError(f"{path}: cannot be read ({err.strerror}). Fix: check the path") from None
-    except yaml.YAMLError as err:
-        raise RayJobError(f"{path}: is not valid YAML ({err}). Fix: correct the YAML syntax") from None
     jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "RayJob"]
     if len(jobs) != 1:
         raise RayJobError(f"{path}: holds {len(jobs)} RayJob objects; emulate runs exactly one. "
@@ -168,9 +170,9 @@ def local_runtime_env(job: JobInput, mounts: dict[str, Path]) -> dict:
     if not text:
         return {}
     try:
-        env = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise RayJobError(f"{job.path}: RayJob/{job.name}: spec.runtimeEnvYAML is not valid YAML ({err}). "
+        env = yamlfile.load(str(text), "spec.runtimeEnvYAML") or {}
+    except yamlfile.YAMLFileError as err:
+        raise RayJobError(f"{job.path}: RayJob/{job.name}: spec.runtimeEnvYAML is not valid YAML ({err.message}). "
                           "Fix: write it as a YAML block, e.g. `runtimeEnvYAML: |` then `working_dir: ...`") from None
     if not isinstance(env, dict):
         raise RayJobError(f"{job.path}: RayJob/{job.name}: spec.runtimeEnvYAML must be a mapping (working_dir, "
@@ -419,10 +421,12 @@ class Emulation:
         self.say(f"activeDeadlineSeconds ({self.deadline}s) passed: the RayJob fails with DeadlineExceeded")
 
 
-def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Path, out: IO[str] = sys.stdout, *,
+def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Path, out: IO[str] | None = None, *,
             shared_dir: Path | None = None, isolation: str = "auto") -> int:
-    """Run RAYJOB.yaml as KubeRay would on a local multi-node Ray cluster; print the RayJob status.
-    Returns 0 for SUCCEEDED, 1 for a job that did not succeed, 2 for a RayJob that cannot be emulated."""
+    """Run RAYJOB.yaml as KubeRay would on a local multi-node Ray cluster; print the RayJob status (to `out`, default
+    the sys.stdout of the moment, not the one of import time). Returns 0 for SUCCEEDED, 1 for a job that did not
+    succeed, 2 for a RayJob that cannot be emulated."""
+    out = out or sys.stdout
     emulation = None
     try:
         clean_stale(out)

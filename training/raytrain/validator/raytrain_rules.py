@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from raytrain import yamlfile
 from raytrain.validator.problems import Doc, Problem, split_fix
 from raytrain.validator.quantity import QuantityError
 from raytrain.validator.shape import ShapeError, get, groups, node_resources, shared_mounts
@@ -162,8 +161,8 @@ def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[Run
         return None, []  # a file already on the head pod's disk
     spec = job.obj.get("spec") or {}
     try:
-        working_dir = (yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {}).get("working_dir")
-    except (yaml.YAMLError, AttributeError):
+        working_dir = (yamlfile.load(str(spec.get("runtimeEnvYAML") or ""), "spec.runtimeEnvYAML") or {}).get("working_dir")
+    except (yamlfile.YAMLFileError, AttributeError):
         return None, []  # reported by check_job_spec
     if not working_dir:
         return None, [job.problem("spec.runtimeEnvYAML", f"has no working_dir, so the entrypoint's '{ref}' does not "

@@ -14,6 +14,8 @@ from typing import Any
 import helm_python as helm
 import yaml
 
+from raytrain import yamlfile
+
 
 def default_chart_dir() -> Path:
     """helm/raytrain-cluster of the checkout this package runs from (the chart is not part of the wheel)."""
@@ -55,9 +57,9 @@ def load_values(values_files: Sequence[Path] = (), set_values: Mapping[str, Any]
     for path in values_files:
         path = Path(path)
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ChartError(f"{path}: cannot read values file: {exc}") from exc
+            loaded = yamlfile.read(path) or {}
+        except yamlfile.YAMLFileError as exc:
+            raise ChartError(str(exc)) from None
         if not isinstance(loaded, Mapping):
             raise ChartError(f"{path}: a values file must be a YAML mapping, got {type(loaded).__name__}")
         values = merge_values(values, loaded)

@@ -4,7 +4,8 @@ Paths become manifest sets (a chart rendered once per values file, a kustomizati
 `kubectl kustomize`, a manifest file or directory as it is), and
 each object goes through four layers, each reported as a Problem (problems.py) that names the file, the object,
 the field and the fix:
-1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate);
+1. core Kubernetes objects against the Kubernetes OpenAPI schemas (kubernetes-validate), then the API server's own
+   rules beyond them (core.py, apimachinery.py; the pod rules on KubeRay's pod templates too);
 2. RayCluster and RayJob against the KubeRay v1.7.0 CRD schemas, with the CRDs' defaults applied first, as the
    API server does (crds.py), and their CEL rules;
 3. KubeRay's admission rules that live in the webhook and the operator's code, under the operator's feature
@@ -22,14 +23,17 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
+from raytrain import yamlfile
+from raytrain.errors import shown
 from raytrain.validator import raytrain_rules
 from raytrain.validator.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
 from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
 from raytrain.validator.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
+from raytrain.validator.apimachinery import check_object_meta
+from raytrain.validator.core import check_core_object, check_pod_template
 from raytrain.validator.problems import Doc, Problem, field_path, split_fix
 from raytrain.validator.render import ChartError, default_chart_dir, render_chart_templates
+from raytrain.validator.shape import groups
 
 # Kubernetes version the core schemas are checked against (KubeRay v1.7.0 supports 1.27+; kind ships ~1.33).
 KUBE_VERSION = "1.33"
@@ -77,21 +81,18 @@ def render_set(chart: Path, values_file: Path | None, release_name: str = "raytr
             return [], [Problem(label, "", "", text, "choose them in the values file you install the chart with and "
                                 "give it: raytrain validate --values my-values.yaml ... (a RayJob on the chart's "
                                 "cluster is checked against that cluster)")]
-        fix = "change the value the message names (see the chart's README for every value)"
-        return [], [Problem(label, "", "", text, fix)]
+        message, fix = split_fix(text)  # a values file we could not read says its own fix
+        if " Fix: " not in text:
+            fix = "change the value the message names (see the chart's README for every value)"
+        return [], [Problem(label, "", "", message, fix)]
     return [Doc(f"{label} [{template}]", obj) for template, obj in rendered], []
 
 
 def _read_yaml_documents(path: Path, text: str | None = None) -> tuple[list, list[Problem]]:
     try:
-        return list(yaml.safe_load_all(path.read_text() if text is None else text)), []
-    except OSError as exc:
-        return [], [Problem(str(path), "", "", f"cannot be read ({exc.strerror}).", "check the path")]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        return [], [Problem(str(path), "", "", f"is not valid YAML{at}: {getattr(exc, 'problem', exc)}.",
-                            "fix the YAML syntax there")]
+        return (yamlfile.read_all(path) if text is None else yamlfile.load_all(text, str(path))), []
+    except yamlfile.YAMLFileError as exc:
+        return [], [Problem(str(path), "", "", exc.message, exc.fix)]
 
 
 def load_manifest_file(path: Path, text: str | None = None) -> tuple[list[Doc], list[Problem]]:
@@ -142,41 +143,54 @@ def collect_sets(paths: Sequence[Path], chart: Path | None = None) -> tuple[list
         problems.extend(result[1])
 
     for path in map(Path, paths):
-        if is_kustomization(path):
-            add(load_kustomization(path))
-        elif path.is_dir() and _is_chart(path):
-            for values_file in _values_files_of(path):
-                add(render_set(path, values_file, shipped=True))
-        elif path.is_dir():
-            charts = sorted({c.parent for c in path.rglob("Chart.yaml")}, key=lambda c: len(c.parts))
-            outermost = [c for c in charts if not any(o != c and o in c.parents for o in charts)]
-            for found in outermost:  # a chart is rendered, never parsed as YAML
-                for values_file in _values_files_of(found):
-                    add(render_set(found, values_file, shipped=True))
-            # A kustomization is rendered too: its files are inputs (a run config, a patch), not objects.
-            kustomizations = sorted({p.parent for name in KUSTOMIZATION_FILES for p in path.rglob(name)
-                                     if not any(c in p.parents for c in outermost)}, key=lambda k: len(k.parts))
-            kustomizations = [k for k in kustomizations if not any(o != k and o in k.parents for o in kustomizations)]
-            for found in kustomizations:
-                add(load_kustomization(found))
-            files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
-                           and not any(c in p.parents for c in outermost + kustomizations))
-            docs: list[Doc] = []
-            for file in files:
-                file_docs, file_problems = load_manifest_file(file)
-                docs.extend(file_docs)
-                problems.extend(file_problems)
-            sets.append(docs)
-        elif path.is_file() and _is_chart(path.parent) and path.name.startswith("values"):
-            add(render_set(path.parent, path, shipped=True))  # a chart's own values file
-        elif path.is_file() and _is_values_file(path):
-            add(render_set(Path(chart) if chart else default_chart_dir(), path))
-        elif path.is_file():
-            add(load_manifest_file(path))
-        else:
-            problems.append(Problem(str(path), "", "", "does not exist.", "give a chart directory, a values file, "
-                                    "a manifest file or a directory of manifests"))
+        before = (sum(map(len, sets)), len(problems))
+        try:
+            _collect_one(path, chart, sets, problems, add)
+        except (OSError, ValueError) as exc:  # a name too long for the OS, a NUL in it, a directory we cannot list
+            problems.append(Problem(str(path)[:200], "", "", f"cannot be read ({getattr(exc, 'strerror', None) or exc}).",
+                                    "check the path and its permissions"))
+            continue
+        if (sum(map(len, sets)), len(problems)) == before:  # an empty file, a file of `---`, an empty folder
+            problems.append(Problem(str(path), "", "", "holds no Kubernetes object: nothing to check.",
+                                    "give a manifest file, a chart, a values file or a directory holding them"))
     return sets, problems
+
+
+def _collect_one(path: Path, chart: Path | None, sets: list[list[Doc]], problems: list[Problem], add) -> None:
+    if is_kustomization(path):
+        add(load_kustomization(path))
+    elif path.is_dir() and _is_chart(path):
+        for values_file in _values_files_of(path):
+            add(render_set(path, values_file, shipped=True))
+    elif path.is_dir():
+        charts = sorted({c.parent for c in path.rglob("Chart.yaml")}, key=lambda c: len(c.parts))
+        outermost = [c for c in charts if not any(o != c and o in c.parents for o in charts)]
+        for found in outermost:  # a chart is rendered, never parsed as YAML
+            for values_file in _values_files_of(found):
+                add(render_set(found, values_file, shipped=True))
+        # A kustomization is rendered too: its files are inputs (a run config, a patch), not objects.
+        kustomizations = sorted({p.parent for name in KUSTOMIZATION_FILES for p in path.rglob(name)
+                                 if not any(c in p.parents for c in outermost)}, key=lambda k: len(k.parts))
+        kustomizations = [k for k in kustomizations if not any(o != k and o in k.parents for o in kustomizations)]
+        for found in kustomizations:
+            add(load_kustomization(found))
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                       and not any(c in p.parents for c in outermost + kustomizations))
+        docs: list[Doc] = []
+        for file in files:
+            file_docs, file_problems = load_manifest_file(file)
+            docs.extend(file_docs)
+            problems.extend(file_problems)
+        sets.append(docs)
+    elif path.is_file() and _is_chart(path.parent) and path.name.startswith("values"):
+        add(render_set(path.parent, path, shipped=True))
+    elif path.is_file() and _is_values_file(path):
+        add(render_set(Path(chart) if chart else default_chart_dir(), path))
+    elif path.is_file():
+        add(load_manifest_file(path))
+    else:
+        problems.append(Problem(str(path), "", "", "does not exist.", "give a chart directory, a values file, "
+                                "a manifest file or a directory of manifests"))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -207,13 +221,38 @@ def _schema_problem(doc: Doc, error) -> list[Problem]:
     return [doc.problem(field_path(path), error.message + ".", "correct the value to satisfy the schema")]
 
 
+def is_kubernetes_group(api_version: str) -> bool:
+    """v1, apps/v1, networking.k8s.io/v1: a group the API server itself serves (its kinds all have schemas)."""
+    group = api_version.rpartition("/")[0]
+    return "." not in group or group.endswith(".k8s.io")
+
+
+def _known_kinds(api_version: str, kube_version: str) -> list[str]:
+    """The kinds kubernetes-validate holds a schema for in this group version (lower-case, as its files name them)."""
+    import importlib.resources
+
+    suffix = "-" + re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version) + ".json"
+    try:
+        folder = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{kube_version}.0-local-strict"
+        return sorted(entry.name[: -len(suffix)] for entry in folder.iterdir() if entry.name.endswith(suffix))
+    except OSError:
+        return []
+
+
 def check_core_schema(doc: Doc, kube_version: str = KUBE_VERSION) -> list[Problem]:
     import kubernetes_validate  # ~0.1 s; only core objects need it
 
     try:
         kubernetes_validate.validate(doc.obj, kube_version, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
-        return []  # a kind without a published schema (another operator's CRD): nothing to check it against
+        api_version = str(doc.obj.get("apiVersion"))
+        if not is_kubernetes_group(api_version):  # another operator's CRD: nothing to check it against
+            return [doc.problem("kind", f"{doc.kind} ({api_version}) is not a kind raytrain knows; it is not "
+                                "checked.", "validate it with its operator's own tooling", severity="note")]
+        close = difflib.get_close_matches(doc.kind.lower(), _known_kinds(api_version, kube_version), n=1)
+        hint = f"did you mean '{close[0]}' (in its usual capitalisation)? " if close else ""
+        return [doc.problem("kind", f"{doc.kind} is not a kind of {api_version} in Kubernetes {kube_version}: the "
+                            "API server refuses the object.", f"{hint}check the kind and the apiVersion")]
     except kubernetes_validate.ValidationError as error:
         return _schema_problem(doc, error)
     return []
@@ -263,11 +302,52 @@ def _named(doc: Doc) -> tuple[Doc, list[Problem]]:
 
 
 def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
-    """KubeRay's admission rules on the stored object, and the image's Ray against rayVersion; problems keep the
-    object's own reference."""
+    """KubeRay's admission rules on the stored object, the API server's rules for the metadata and for the pods
+    KubeRay creates from its templates, and the image's Ray against rayVersion; problems keep the object's own
+    reference."""
     found = (check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
              + raytrain_rules.check_local_build_image(completed))
+    said = {p.field for p in found}
+    found += [p for p in check_object_meta(completed, custom=True) + _ray_pod_templates(completed) if p.field not in said]
     return [dataclasses.replace(p, obj=doc.ref) for p in found]
+
+
+def _ray_pod_templates(doc: Doc) -> list[Problem]:
+    """Every pod template of a RayCluster (or a RayJob's cluster and submitter) under the pod rules: KubeRay admits
+    what its CRD's schema holds, then the API server refuses the pods it creates."""
+    spec = doc.obj.get("spec") or {}
+    cluster, prefix = (spec, "spec") if doc.kind == "RayCluster" else (spec.get("rayClusterSpec"), "spec.rayClusterSpec")
+    out: list[Problem] = []
+    if isinstance(cluster, dict):
+        for path, _, group in groups(cluster, prefix):
+            out += check_pod_template(doc, group.get("template"), f"{path}.template")
+    if doc.kind == "RayJob" and spec.get("submitterPodTemplate") is not None:
+        out += check_pod_template(doc, spec["submitterPodTemplate"], "spec.submitterPodTemplate")
+    return out
+
+
+# A kind is a CamelCase name, a group a DNS subdomain (apimachinery's IsDNS1123Subdomain): bounded, so that no kind
+# ever becomes a file name too long for kubernetes-validate's schema lookup.
+KIND = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,62}$")
+API_VERSION = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?v[0-9]{1,9}((alpha|beta)[0-9]{1,9})?$")
+
+
+def _not_an_object(doc: Doc) -> list[Problem]:
+    """The top-level fields every later step reads, of the types they must have: one problem each, never a traceback."""
+    out = []
+    for key, pattern, what in (("apiVersion", API_VERSION, "group/version, e.g. apps/v1 (v1 for the core group)"),
+                               ("kind", KIND, "a kind name, e.g. ConfigMap")):
+        value = doc.obj.get(key)
+        if not isinstance(value, str) or not value.strip():
+            out.append(Problem(doc.source, "", key, f"is {value!r}, not a string.",
+                               f"write it as a string, e.g. {key}: {'v1' if key == 'apiVersion' else 'ConfigMap'}"))
+        elif not pattern.match(value):  # the API server has no such resource (and it must never name a file path)
+            out.append(Problem(doc.source, "", key, f"{shown(value)} is not {what.split(', e.g.')[0]}.", f"write {what}"))
+    meta = doc.obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        out.append(Problem(doc.source, "", "metadata", f"is {type(meta).__name__}, not a mapping.",
+                           "write it as indented fields, e.g. metadata: {name: my-object}"))
+    return out
 
 
 def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = None,
@@ -277,6 +357,10 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
     for docs in sets:
         checkable: list[Doc] = []  # objects whose shape is right: the cross-checks would misread the others
         for doc in docs:
+            shape = _not_an_object(doc)
+            if shape:
+                problems.extend(shape)
+                continue
             if doc.kind == "Cluster" and str(doc.obj.get("apiVersion", "")).startswith("kind.x-k8s.io/"):
                 continue  # a kind cluster config (manifests/kind-config.yaml), not a Kubernetes object
             if not doc.name and not doc.generate_name:
@@ -294,6 +378,8 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
             stored = with_defaults(named, crd_dir) if is_ray else named
             if is_ray:  # the rules assume the shapes the schema guarantees; the operator never sees a refused one
                 problems.extend(_rules_of(doc, stored, gates))
+            else:
+                problems.extend(dataclasses.replace(p, obj=doc.ref) for p in check_core_object(named))
             checkable.append(stored)
         problems.extend(raytrain_rules.cross_check(checkable, lambda name: target_cluster(name, docs, values, chart)))
     return problems

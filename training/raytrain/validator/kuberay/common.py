@@ -1,5 +1,5 @@
-"""Reading KubeRay objects as the operator reads them: groups, containers, env, versions, and the
-apimachinery name and label rules the checks share."""
+"""Reading KubeRay objects as the operator reads them: groups, containers, env, versions. (The apimachinery name
+and label rules the checks share are in validator/apimachinery.py.)"""
 
 from __future__ import annotations
 
@@ -90,30 +90,3 @@ def version_floor(doc: Doc, spec: dict, prefix: str, what: str, floor: str) -> l
     if not at_least(parsed, tuple(int(p) for p in floor.split("."))):
         return [doc.problem(field, f"is {ray_version}, but {what} needs Ray {floor} or later.", fix)]
     return []
-
-
-# k8s.io/apimachinery/pkg/util/validation
-DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def is_dns1123_label(name: str) -> bool:
-    return len(name) <= 63 and bool(DNS1123_LABEL.match(name))
-
-
-def is_qualified_name(key: str) -> bool:
-    # validation.IsQualifiedName: [prefix/]name, prefix a DNS-1123 subdomain
-    prefix, sep, name = key.rpartition("/")
-    if sep and not (prefix and len(prefix) <= 253 and DNS1123_SUBDOMAIN.match(prefix)):
-        return False
-    return 0 < len(name) <= 63 and bool(QUALIFIED_NAME.match(name))
-
-
-def is_label_value(value: str) -> bool:
-    # validation.IsValidLabelValue
-    return len(value) <= 63 and bool(LABEL_VALUE.match(value))
-
-

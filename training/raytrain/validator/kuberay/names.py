@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raytrain.validator.kuberay.common import DNS1035
+from raytrain.validator.apimachinery import DNS1035
 
 if TYPE_CHECKING:
     from raytrain.validator.problems import Doc, Problem

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from raytrain.errors import shown
+from raytrain.validator.apimachinery import LABEL_FIX, is_dns1123_label, is_label_value, is_qualified_name
 from raytrain.validator.kuberay.common import (
     autoscaler_v2,
     containers_of,
@@ -13,14 +15,12 @@ from raytrain.validator.kuberay.common import (
     env_true,
     head_container,
     head_env_path,
-    is_dns1123_label,
-    is_label_value,
-    is_qualified_name,
     v2_or_env,
     version_floor,
     worker_groups,
 )
 from raytrain.validator.kuberay.gates import FeatureGates, gate_off
+from raytrain.validator.quantity import QuantityError, parse_quantity
 from raytrain.validator.shape import autoscaling_enabled, groups
 from raytrain.validator.shape import get as dig
 
@@ -577,6 +577,37 @@ def check_tls_managed(doc: Doc, spec: dict, prefix: str, annotations: Mapping[st
     return out
 
 
+# ----------------------------------------------------------------------------------------------------------
+# raytrain is stricter: specs KubeRay admits whose pods or Ray nodes then fail
+
+
+def check_group_name_is_label_value(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                                    gates: FeatureGates) -> list[Problem]:
+    # raytrain: KubeRay labels each pod ray.io/group=<groupName>; the API server refuses the pods (IsValidLabelValue)
+    return [doc.problem(f"{path}.groupName", f"{shown(group.get('groupName'))} is not a valid label value: KubeRay "
+                        "would admit it, but it labels the group's pods ray.io/group=<groupName> and the API server "
+                        "refuses those pods.", LABEL_FIX)
+            for path, _, group in worker_groups(spec, prefix)
+            if not (isinstance(group.get("groupName"), str) and is_label_value(group["groupName"]))]
+
+
+def check_ray_start_numbers(doc: Doc, spec: dict, prefix: str, annotations: Mapping[str, Any],
+                            gates: FeatureGates) -> list[Problem]:
+    # raytrain: KubeRay passes rayStartParams to `ray start` as given; ray start refuses a count that is no number
+    out = []
+    for path, name, group in groups(spec, prefix):
+        params = group.get("rayStartParams") or {}
+        for key in ("num-cpus", "num-gpus", "memory"):
+            if key in params:
+                try:
+                    parse_quantity(params[key], f"{path}.rayStartParams.{key}")
+                except QuantityError:
+                    out.append(doc.problem(f"{path}.rayStartParams.{key}", f"{shown(params[key])} is not a number: "
+                                           f"KubeRay would admit it, but `ray start --{key}` on the group {name}'s "
+                                           "pods refuses it and the pods never join.", "write a number, e.g. '4'"))
+    return out
+
+
 CLUSTER_CHECKS: list[Callable[..., list[Problem]]] = [
     check_worker_containers, check_group_resources, check_group_labels_not_in_ray_start_params,
     check_group_label_syntax, check_worker_replica_bounds_set, check_worker_replicas_not_negative,
@@ -589,7 +620,7 @@ CLUSTER_CHECKS: list[Callable[..., list[Problem]]] = [
     check_field_gates, check_history_server_collector_set, check_history_server_container_name,
     check_collector_options, check_auth_token_ray_version, check_k8s_token_auth_needs_token_mode,
     check_k8s_token_auth_ray_version, check_k8s_token_auth_no_secret, check_network_policy,
-    check_tls_managed,
+    check_tls_managed, check_group_name_is_label_value, check_ray_start_numbers,
 ]
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
+from raytrain import yamlfile
 from raytrain.validator.kuberay.gates import FeatureGates, gate_off
 from raytrain.validator.shape import autoscaling_enabled
 from raytrain.validator.shape import get as dig
@@ -305,13 +304,13 @@ def check_job_runtime_env_yaml(doc: Doc, spec: dict, gates: FeatureGates) -> lis
     runtime_env = spec.get("runtimeEnvYAML")
     if not runtime_env:
         return []
+    fix = "write it as a block string of key: value lines, e.g. 'working_dir: /etc/raytrain-job'"
     try:
-        parsed = yaml.safe_load(runtime_env)
-        if parsed is not None and not isinstance(parsed, dict):
-            raise yaml.YAMLError("not a mapping")
-    except yaml.YAMLError as exc:
-        return [doc.problem("spec.runtimeEnvYAML", f"is not a YAML mapping ({str(exc).splitlines()[0]}).",
-                            "write it as a block string of key: value lines, e.g. 'working_dir: /etc/raytrain-job'")]
+        parsed = yamlfile.load(str(runtime_env), "spec.runtimeEnvYAML")
+    except yamlfile.YAMLFileError as exc:
+        return [doc.problem("spec.runtimeEnvYAML", f"is not a YAML mapping ({exc.message.rstrip('.')}).", fix)]
+    if parsed is not None and not isinstance(parsed, dict):
+        return [doc.problem("spec.runtimeEnvYAML", "is not a YAML mapping (not a mapping).", fix)]
     return []
 
 
@@ -362,6 +361,29 @@ def check_job_submitter_template(doc: Doc, spec: dict, gates: FeatureGates) -> l
     return out
 
 
+def check_job_entrypoint(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
+    # raytrain: outside InteractiveMode the submitter runs `ray job submit -- <entrypoint>`; an empty one runs nothing
+    if spec.get("submissionMode") == "InteractiveMode":
+        return []
+    entrypoint = spec.get("entrypoint")
+    if not isinstance(entrypoint, str) or not entrypoint.strip():
+        return [doc.problem("spec.entrypoint", "is empty or missing: KubeRay would admit the RayJob, but its "
+                            "submitter has no command to submit and the job fails.",
+                            "give the command, e.g. raytrain run job.yaml --name my-run")]
+    return []
+
+
+def check_job_submitter_backoff(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
+    # raytrain: KubeRay copies submitterConfig.backoffLimit into the submitter Job, which the API server refuses
+    # below 0 (batch ValidateJobSpec)
+    limit = dig(spec, "submitterConfig", "backoffLimit")
+    if isinstance(limit, int) and limit < 0:
+        return [doc.problem("spec.submitterConfig.backoffLimit", f"is {limit}: KubeRay would admit it, but the "
+                            "submitter Job it creates with it is refused (a Job's backoffLimit is 0 or more).",
+                            "use 0 or more")]
+    return []
+
+
 JOB_CHECKS: list[Callable[..., list[Problem]]] = [
     check_job_suspend_needs_shutdown, check_job_ttl_not_negative, check_job_ttl_needs_shutdown,
     check_deletion_strategy_gate, check_deletion_rules_without_shutdown, check_deletion_strategy_one_kind,
@@ -372,7 +394,7 @@ JOB_CHECKS: list[Callable[..., list[Problem]]] = [
     check_job_selector_no_backoff, check_job_interactive_backoff, check_job_sidecar_no_submitter,
     check_job_sidecar_head_restart_policy, check_job_k8s_token_auth, check_job_runtime_env_yaml,
     check_job_deadlines_positive, check_job_backoff_not_negative, check_job_submission_mode_known,
-    check_job_submitter_template,
+    check_job_submitter_template, check_job_entrypoint, check_job_submitter_backoff,
 ]
 
 

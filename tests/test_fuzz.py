@@ -1,0 +1,185 @@
+"""A seeded, bounded fuzz of what users hand raytrain: run configs (files and --set values), manifests and chart
+values files, mutated by structure (a value replaced by a hostile one, a key dropped, added, duplicated) and by
+bytes (cut, non-UTF-8, tabs, stray YAML), then driven through the real entry points in-process: `raytrain.cli.main`
+for `validate`, `load_config` for run configs. Every input must end in an answer (OK, or problems / one error with a
+Fix), never a traceback, and within a few seconds. A failure prints the seed and case to replay it."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raytrain.cli import main
+from raytrain.config import PRESETS_DIR, load_config
+from raytrain.errors import RaytrainError
+
+REPO = Path(__file__).resolve().parents[1]
+# Two seeds in the unit tier (seconds); RAYTRAIN_FUZZ_SEEDS=200 soaks seeds 0-199, =200:400 seeds 200-399.
+_SOAK = os.environ.get("RAYTRAIN_FUZZ_SEEDS", "")
+SEEDS = tuple(range(*map(int, _SOAK.split(":"))) if ":" in _SOAK else range(int(_SOAK))) if _SOAK else (29, 30)
+CASE_LIMIT_S = 20  # one input: anything slower is a hang
+
+HOSTILE = [True, False, None, 0, -1, -(2**31) - 1, 2**63, 10**40, 1e308, -1e-9, float("nan"), float("inf"), "", " ",
+           "auto", "null", "true", "abc", "a b", "a\x00b", "\t", "x" * 300, "ünïcødé", "😀", "-1Gi", "1e3", "0x10",
+           "70000", "../..", "/", "a/b", "{", "- x", [], [1, "a"], {}, {"k": "v"}, {"_component_": "os.system"},
+           [[[[[[[[["deep"]]]]]]]]], "[" * 2000 + "]" * 2000, "a: 1\na: 2\n", "train:\n  epochs: true\n",
+           "raytrain run job.yaml --set train.epochs=" + "9" * 5000, "raytrain run linear --name 2024 --set x",
+           "raytrain run job.yaml --name null --storage /mnt/shared/runs --address auto --smoke-test"]
+TEXT_NOISE = ["\t", "\x00", "---\n", "...\n", "&a ", "*a", "!!python/object:os.system ", "? ", ": ", "{", "]", "#",
+              "%YAML 1.1\n", "\ufeff", "<<: *a\n"]
+
+
+@contextlib.contextmanager
+def deadline(seconds: int, what: str):
+    def hang(signum, frame):
+        raise AssertionError(f"no answer within {seconds}s (a hang?) for {what}")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _paths(node, prefix=()):
+    """Every path to a value inside nested dicts and lists (the containers too)."""
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _paths(value, prefix + (i,))
+
+
+def mutate_data(rng: random.Random, data):
+    """One to three structural edits: replace a value, drop a key, add one, or swap a mapping for another type."""
+    data = copy.deepcopy(data)
+    for _ in range(rng.randint(1, 3)):
+        paths = [p for p in _paths(data) if p]
+        if not paths:
+            return rng.choice(HOSTILE)
+        path = rng.choice(paths)
+        parent = data
+        for key in path[:-1]:
+            parent = parent[key]
+        action = rng.random()
+        if action < 0.6:
+            parent[path[-1]] = copy.deepcopy(rng.choice(HOSTILE))
+        elif action < 0.75 and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action < 0.9 and isinstance(parent, dict):
+            parent[rng.choice(["extra", "name", "kind", "apiVersion", "metadata", "_component_", "smoke", "include",
+                               str(path[-1]) + "x"])] = copy.deepcopy(rng.choice(HOSTILE))
+        else:
+            parent[path[-1]] = [parent[path[-1]]]
+    return data
+
+
+def mutate_text(rng: random.Random, text: str) -> bytes:
+    """Byte-level damage: a cut, noise inserted, a line duplicated (a duplicate key), Latin-1 bytes."""
+    action = rng.random()
+    if action < 0.25:
+        return text[: rng.randint(0, len(text))].encode()
+    if action < 0.5:
+        at = rng.randint(0, len(text))
+        return (text[:at] + rng.choice(TEXT_NOISE) + text[at:]).encode()
+    if action < 0.7:
+        lines = text.splitlines(keepends=True)
+        i = rng.randrange(len(lines)) if lines else 0
+        return "".join(lines[: i + 1] + lines[i:]).encode()
+    if action < 0.85:
+        data = bytearray(text.encode())
+        if data:
+            data[rng.randrange(len(data))] = rng.choice([0xFF, 0xE9, 0x80, 0xC3])
+        return bytes(data)
+    return text.encode("utf-16")
+
+
+def dump(rng: random.Random, docs: list) -> bytes:
+    try:
+        text = yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True)
+    except yaml.YAMLError:
+        text = "{}"
+    return mutate_text(rng, text) if rng.random() < 0.3 else text.encode()
+
+
+def run_cli(args: list[str], capsys, what: str) -> int:
+    with deadline(CASE_LIMIT_S, what):
+        try:
+            code = main(args)
+        except SystemExit as exit_:  # argparse's own usage errors
+            code = exit_.code
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err, f"{what}:\n{out.err}"
+    assert code in (0, 1, 2), f"{what}: exit {code}\n{out.err}"
+    if code:
+        assert "Fix" in out.err or "usage:" in out.err, f"{what}: an error without a fix:\n{out.err}"
+    return code
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_validate_answers_every_mutated_manifest(tmp_path, capsys, seed):
+    rng = random.Random(seed)
+    corpus = [[d for d in yaml.safe_load_all((REPO / "manifests" / name).read_text()) if d]
+              for name in ("rayjob.yaml", "rayjob-standalone.yaml")]
+    corpus.append(list(yaml.safe_load_all((Path(__file__).parent / "validator" / "test_core.py").read_text()
+                                          .split('CORE = """')[1].split('"""')[0])))
+    started = time.monotonic()
+    for case in range(12):
+        docs = [mutate_data(rng, d) if rng.random() < 0.5 else d for d in rng.choice(corpus)]
+        path = tmp_path / f"case{case}.yaml"
+        path.write_bytes(dump(rng, docs))
+        run_cli(["validate", str(path)], capsys, f"seed {seed} manifest case {case}: {path.read_bytes()[:2000]!r}")
+    assert time.monotonic() - started < 120
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_validate_answers_every_mutated_values_file(tmp_path, capsys, seed):
+    rng = random.Random(seed)
+    values = yaml.safe_load((REPO / "helm" / "raytrain-cluster" / "values-kind.yaml").read_text())
+    for case in range(4):
+        path = tmp_path / f"case{case}-values.yaml"
+        path.write_bytes(dump(rng, [mutate_data(rng, values)]))
+        run_cli(["validate", str(path)], capsys, f"seed {seed} values case {case}: {path.read_bytes()[:2000]!r}")
+
+
+def _config_corpus() -> list[dict]:
+    texts = [p.read_text() for p in sorted(PRESETS_DIR.glob("*.yaml"))]
+    return [yaml.safe_load(t) for t in texts]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_config_loading_answers_every_mutated_config(tmp_path, seed):
+    """Each mutated file, with a random --set, loads or is one RaytrainError naming what to fix."""
+    rng = random.Random(seed)
+    corpus = _config_corpus()
+    keys = ["train.epochs", "train.lr", "train.loss", "model.hidden", "model.width", "scaling.num_workers",
+            "scaling.cpus_per_worker", "scaling.use_gpu", "run.name", "data.loader", "smoke.x", "train", "x.y.z",
+            "model._component_"]
+    answered = 0
+    for case in range(40):
+        path = tmp_path / f"case{case}.yaml"
+        data = rng.choice(corpus)
+        path.write_bytes(dump(rng, [mutate_data(rng, data) if rng.random() < 0.8 else data]))
+        sets = [f"{rng.choice(keys)}={v if isinstance(v, str) else yaml.safe_dump(v).strip()}"
+                for v in rng.sample(HOSTILE, rng.randint(0, 2))]
+        what = f"seed {seed} config case {case}: {path.read_bytes()[:2000]!r} --set {sets}"
+        with deadline(CASE_LIMIT_S, what):
+            try:
+                load_config(str(path), sets, smoke=rng.random() < 0.5)
+            except RaytrainError as err:
+                assert "Fix" in str(err), f"{what}: {err}"
+                assert len(str(err)) < 3000, f"{what}: a message of {len(str(err))} characters"
+            answered += 1
+    assert answered == 40
