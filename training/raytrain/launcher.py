@@ -70,13 +70,23 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
 
     quiet_ray_thread_warning()  # the attempt starts Ray from its body's thread on purpose
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, runtime_env=runtime_env or None)
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                     runtime_env=runtime_env or None)
+        except Exception as err:  # anything ray.init raises here is the cluster not answering, not raytrain's bug
+            raise LaunchError(f"cannot join the Ray cluster at {address}: {root_cause(err)}. Fix: check that the "
+                              f"cluster is up and reachable (and RAY_AUTH_TOKEN where it uses token auth), or leave "
+                              f"--address out to train on an embedded local Ray.") from None
         return f"joined Ray cluster at {address}"
     if code_dir is not None:
         paths = [str(code_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     # address="local" always starts a new embedded Ray, even if another local cluster is running.
-    ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as err:  # Ray's own start failed (an overloaded machine, no room in /tmp): say so, once
+        raise LaunchError(f"the embedded Ray did not start: {root_cause(err)}. Fix: free CPU, memory and room in "
+                          f"Ray's temp dir (/tmp/ray, or RAY_TMPDIR), then run the same command again.") from None
     return f"started embedded Ray ({os.cpu_count()} CPUs)"
 
 
