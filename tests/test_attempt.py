@@ -18,7 +18,7 @@ import pytest
 from raytrain import checkpoints, runs
 from raytrain import lease as leases
 from raytrain.config import load_config
-from raytrain.errors import LaunchError, RaytrainError
+from raytrain.errors import ConfigError, RaytrainError
 from raytrain.local import train_local
 from raytrain.resume import ResumeRefused
 from tests.support.disk import small_disk
@@ -75,11 +75,12 @@ def test_a_run_directory_that_is_a_file_is_named(tmp_path):
         train_local(linear(tmp_path), out=io.StringIO())
 
 
-def test_a_loop_that_raises_is_a_launch_error_and_a_failed_result(tmp_path):
-    with pytest.raises(LaunchError, match="training failed"):
-        train_local(linear(tmp_path, "model.in_features=3"), out=io.StringIO())  # does not fit the data
+def test_a_model_that_does_not_fit_its_data_is_refused_before_training_with_a_failed_result(tmp_path):
+    with pytest.raises(ConfigError, match="cannot take a batch"):
+        train_local(linear(tmp_path, "model.in_features=3"), out=io.StringIO())  # the data has one feature
     result = runs.read_result(tmp_path / "r")
-    assert result["status"] == "failed" and "training failed" in result["error"]
+    assert result["status"] == "failed" and "in_features" in result["error"]
+    assert leases.current_holder(tmp_path / "r").released
 
 
 def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_says_so(tmp_path):

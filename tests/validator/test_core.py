@@ -75,7 +75,8 @@ def _write(tmp_path: Path, docs: list[dict], edits) -> Path:
 
 def test_the_bases_are_valid(crd_dir, tmp_path):
     assert validate_paths([_write(tmp_path, list(yaml.safe_load_all(CORE)), [])], crd_dir) == []
-    assert validate_paths([SA], crd_dir) == []
+    # the standalone RayJob names the local build's image (the README sets the user's own): a note, no error
+    assert [p for p in validate_paths([SA], crd_dir) if p.severity != "note"] == []
 
 
 # (case, kind, edits, field, words): on the core objects above
@@ -191,7 +192,8 @@ def test_ray_objects_kuberay_or_the_api_server_refuses(crd_dir, tmp_path, case, 
 ])
 def test_values_files_whose_cluster_is_refused(crd_dir, tmp_path, values, field, words):
     path = tmp_path / "my-values.yaml"
-    path.write_text(values)
+    chosen = (Path(__file__).parents[1] / "support" / "chosen-values.yaml").read_text()  # what the chart asks for
+    path.write_text(chosen + values)
     problems = validate_paths([path], crd_dir)
     assert any(p.field == field and words in p.message and str(path) in p.file for p in problems), \
         "\n".join(map(str, problems))
