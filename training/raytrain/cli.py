@@ -108,6 +108,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.attempt import run_attempt
     from raytrain.launcher import RayTrainer
 
+    # Before the config imports the user's code: a Ray Train function's module imports ray, whose C++ failure-signal
+    # handler would otherwise catch this driver's SIGTERM and abort it (raytrain.launcher sets it for the rest).
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     cfg = _load(args)
     trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job())
     return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
