@@ -200,6 +200,30 @@ def test_pruning_keeps_the_newest_complete_and_a_fenced_commit_leaves_nothing(tm
     assert not list(run_dir.glob(".staging-*")) and len(checkpoints.committed(run_dir)) == 2
 
 
+def test_the_loop_section_declares_what_a_resume_may_not_change(project, tmp_path):
+    text = """
+        loop:
+          _component_: rt_funcs.train_func
+          train_loop_config: {{hidden: {hidden}, lr: {lr}}}
+          fixed_on_resume: [loop.train_loop_config.hidden]
+    """
+    first = load_config(write(project, text.format(hidden=4, lr=0.1)))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    saver = FileCheckpointer(run_dir)
+    name = checkpoints.checkpoint_dir_name(Position(1))
+    saver.commit(name, lambda: checkpoints.write_directory_manifest(saver.staging_path(name), Position(1), {},
+                                                                    config=first.to_dict()))
+    rules = raytrain_script.resume_rules(first)
+    changed_lr = load_config(write(project, text.format(hidden=4, lr=0.5)))
+    assert resume.plan(run_dir, changed_lr.to_dict(), print, rules, saver).epoch == 1  # the function's business
+    changed_shape = load_config(write(project, text.format(hidden=8, lr=0.1)))
+    with pytest.raises(resume.ResumeRefused, match=r"loop.train_loop_config.hidden: 4 in the checkpoint, 8 now"):
+        resume.plan(run_dir, changed_shape.to_dict(), print, rules, saver)
+    with pytest.raises(ConfigError, match="must be a list of config keys"):
+        load_config(write(project, "loop: {_component_: rt_funcs.train_func, fixed_on_resume: 3}"))
+
+
 # ---------------------------------------------------------------------------------------------- the worker side
 
 

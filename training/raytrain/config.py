@@ -392,6 +392,11 @@ def _loop(raw: Any, where: components.Where, source: str, component: Callable, i
         return Component(path, _unavailable, {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {}), **rest})
     path, target = components.import_target(reference, where, "loop")
     if raytrain_script.is_ray_train_function(target, given):
+        fixed = rest.pop(raytrain_script.FIXED_ON_RESUME, None)
+        if fixed is not None and not (isinstance(fixed, list) and all(isinstance(p, str) for p in fixed)):
+            key = f"loop.{raytrain_script.FIXED_ON_RESUME}"
+            raise ConfigError(f"{where(key)}: {key}: must be a list of config keys, got {_typename(fixed)}. Fix: e.g. "
+                              f"[loop.train_loop_config.hidden_size] (refused if changed when the run resumes).")
         if rest:
             first = next(iter(rest))
             raise ConfigError(
@@ -405,7 +410,10 @@ def _loop(raw: Any, where: components.Where, source: str, component: Callable, i
                 f"from ray.train.get_checkpoint(): raytrain has no optimizer to set them into. Fix: drop "
                 f"applied_on_resume (a changed train_loop_config value reaches the function anyway), or write the "
                 f"loop against raytrain.Session.")
-        return Component(path, target, {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {})})
+        kwargs = {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {})}
+        if fixed:
+            kwargs[raytrain_script.FIXED_ON_RESUME] = list(fixed)
+        return Component(path, target, kwargs)
     if given:
         raise ConfigError(
             f"{where(key)}: {key}: {path} is not a Ray Train function (it takes "

@@ -30,9 +30,9 @@ replaced, in that worker process only and before the function's module is import
 
 What differs from TorchTrainer: Ray Train's own checkpoint storage is not used (raytrain commits the files into
 STORAGE/NAME; `checkpoint_dir_name`, upload modes and `validation` are not passed on); a stop acts at a report, not
-at a step; metrics.jsonl keeps rank 0's metrics. Resume rules: a function may declare `fixed_on_resume` (patterns of
-the run config, e.g. "loop.train_loop_config.hidden_size": refused if changed on resume); `applied_on_resume` is
-refused (the function restores its own optimizer). `raytrain local` refuses such a function: it needs Ray Train's
+at a step; metrics.jsonl keeps rank 0's metrics. Resume rules: the loop section (or the function, as an attribute)
+may declare `fixed_on_resume` (patterns of the run config, e.g. [loop.train_loop_config.hidden_size]: a resume that
+changes them is refused, naming them); `applied_on_resume` is refused (the function restores its own optimizer). `raytrain local` refuses such a function: it needs Ray Train's
 worker context (use `raytrain run`, which starts an embedded Ray on the machine).
 """
 
@@ -52,6 +52,7 @@ from raytrain.runcontrol import AttemptEnded, Ending
 RunConfig = Session = Any
 
 TRAIN_LOOP_CONFIG = "train_loop_config"
+FIXED_ON_RESUME = "fixed_on_resume"  # the run config may declare it for a function it cannot edit
 RAY_TRAIN_PARAMETER = "config"
 
 
@@ -95,6 +96,17 @@ def describe_parameters(target: Callable) -> str:
 def is_ray_train_loop(cfg: RunConfig) -> bool:
     """Whether the run config's loop is a Ray Train function (config.py stores its train_loop_config always)."""
     return TRAIN_LOOP_CONFIG in cfg.loop.kwargs
+
+
+def resume_rules(cfg: RunConfig) -> Any:
+    """What a resume of this run refuses: what the loop function declares, and for a Ray Train function also the
+    loop section's own `fixed_on_resume` (an unchanged script cannot carry the attribute)."""
+    from raytrain import resume
+
+    rules = resume.rules_of(cfg.loop.target)
+    if not is_ray_train_loop(cfg):
+        return rules
+    return resume.ResumeRules(rules.fixed + tuple(cfg.loop.kwargs.get(FIXED_ON_RESUME) or ()), rules.applied)
 
 
 def local_refusal(cfg: RunConfig) -> Optional[str]:
