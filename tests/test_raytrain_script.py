@@ -115,7 +115,9 @@ def test_what_cannot_be_a_ray_train_loop_is_refused_with_the_fix(project, text, 
 def test_validate_without_the_users_code_checks_the_mapping(project):
     cfg = load_config(write(project, "loop: {_component_: absent_pkg.train:train_func, train_loop_config: {a: 1}}"),
                       import_user_code=False)
-    assert raytrain_script.is_ray_train_loop(cfg) and cfg.unchecked == []
+    assert raytrain_script.is_ray_train_loop(cfg) and cfg.model is None
+    assert cfg.unchecked == ["loop: absent_pkg.train.train_func, a Ray Train function whose train_loop_config is "
+                             "its own"]
     with pytest.raises(ConfigError, match="must be a mapping"):
         load_config(write(project, "loop: {_component_: absent_pkg.train_func, train_loop_config: 3}"),
                     import_user_code=False)

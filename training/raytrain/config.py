@@ -330,7 +330,7 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     train = _section(TrainSection, raw.get("train"), where, "train")
     scaling = _section(ScalingSection, raw.get("scaling"), where, "scaling")
     run = _section(RunSection, raw.get("run"), where, "run")
-    loop = _loop(raw.get("loop") or {}, where, source, component, import_user_code)
+    loop = _loop(raw.get("loop") or {}, where, source, component, import_user_code, unchecked)
     # model and data are the loop's business: a section left out is None, refused only if the loop requires it.
     requires = tuple(getattr(loop.target, "requires", ())) if loop.target is not _unavailable else ()
     for section in ("model", "data"):
@@ -370,7 +370,8 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     return config
 
 
-def _loop(raw: Any, where: components.Where, source: str, component: Callable, import_code: bool) -> Component:
+def _loop(raw: Any, where: components.Where, source: str, component: Callable, import_code: bool,
+          unchecked: list[str]) -> Component:
     """The loop section: a raytrain.Session loop (`my_loop(session, **kwargs)`), or a Ray Train function
     (`train_func(config)` or `train_func()`, its settings under `train_loop_config`: raytrain.raytrain_script)."""
     from raytrain import raytrain_script
@@ -389,6 +390,7 @@ def _loop(raw: Any, where: components.Where, source: str, component: Callable, i
     if not import_code and path and not path.startswith("raytrain."):
         if not given:
             return component("loop", raw, default=DEFAULT_LOOP, skip=1)[0]  # unchecked, as any user loop
+        unchecked.append(f"loop: {path}, a Ray Train function whose train_loop_config is its own")
         return Component(path, _unavailable, {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {}), **rest})
     path, target = components.import_target(reference, where, "loop")
     if raytrain_script.is_ray_train_function(target, given):
