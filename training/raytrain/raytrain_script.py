@@ -132,7 +132,6 @@ class Bridge:
         self.offer_position: Optional[Position] = None
         self.asked = False  # the function called get_checkpoint()
         self.next_count = 1
-        self.reports = 0
         self.began = time.perf_counter()
 
     # -- the group's start
@@ -148,10 +147,10 @@ class Bridge:
         if chosen[0] is not None:
             self.offer = session.run_dir / chosen[0]
             self.offer_position = checkpoints.position_of(self.offer)
-        epoch = self.offer_position.epoch if self.offer_position is not None else 0
-        if session.is_rank_zero:
-            session.records.truncate_metrics(max(epoch, 0))
-        self.next_count = max(epoch, 0) + 1
+        epoch = self.offer_position.epoch if self.offer_position is not None else None
+        if session.is_rank_zero:  # with no checkpoint every row goes, an epoch 0 a function reported included
+            session.records.truncate_metrics(-1 if epoch is None else epoch)
+        self.next_count = max(epoch or 0, 0) + 1
 
     def _newest_verified(self) -> Optional[str]:
         records = self.session.records
@@ -205,7 +204,6 @@ class Bridge:
         reported = metrics.get("epoch")
         epoch = reported if isinstance(reported, int) and not isinstance(reported, bool) else self.next_count
         self.next_count = epoch + 1
-        self.reports += 1
         row = {**{str(k): runs.plain_number(v) for k, v in metrics.items()}, "epoch": epoch,
                "resumed_from_epoch": session.resumed_from_epoch}
         if session.is_rank_zero:
@@ -215,7 +213,7 @@ class Bridge:
             telemetry.epoch_end(row, 0, time.perf_counter() - self.began)
         committed = self._commit(Position(epoch), checkpoint)
         if committed is not None:
-            self.offer, self.offer_position = committed, Position(epoch)
+            self.offer, self.offer_position = committed, checkpoints.position_of(committed)
             if session._steps is not None:
                 session._steps.checkpointed()
             session._checkpointed()
@@ -232,8 +230,11 @@ class Bridge:
     def _commit(self, position: Position, checkpoint: Any) -> Optional[Path]:
         """Every worker's reported files into one staging directory, then rank 0's fenced commit."""
         session = self.session
-        name_box: list[Any] = [checkpoints.checkpoint_dir_name(position) if session.is_rank_zero else None]
-        name = _broadcast(session, name_box)[0]
+        # Rank 0's report names the checkpoint and its position (the others may report other metrics).
+        box: list[Any] = [(checkpoints.checkpoint_dir_name(position), position.epoch) if session.is_rank_zero
+                          else None]
+        name, epoch = _broadcast(session, box)[0]
+        position = Position(epoch)
         checkpointer = session.checkpointer
         staging = checkpointer.staging_path(name)
         files: dict[str, dict] = {}
