@@ -91,7 +91,9 @@ def test_no_parameter_or_a_named_one_with_train_loop_config_and_none_given_at_al
     named = load_config(write(project, "loop: {_component_: rt_funcs.named_cfg, train_loop_config: {a: 1}}"))
     assert named.loop.kwargs == {"train_loop_config": {"a": 1}}
     bare = load_config(write(project, "loop: {_component_: rt_funcs.train_func}"))
-    assert bare.loop.kwargs == {"train_loop_config": {}}
+    assert bare.loop.kwargs == {"train_loop_config": {}} and raytrain_script.dataset_config(bare) is None
+    split = load_config(write(project, "loop: {_component_: rt_funcs.train_func, datasets_to_split: [train]}"))
+    assert raytrain_script.dataset_config(split)._datasets_to_split == ["train"]
     session_loop = load_config(write(project, "loop: {_component_: rt_funcs.session_loop, hidden: 4}"))
     assert not raytrain_script.is_ray_train_loop(session_loop)
 
@@ -106,6 +108,7 @@ def test_the_issues_config_is_told_where_its_keys_go(project):
     ("loop: {_component_: rt_funcs.train_func, train_loop_config: [1, 2]}", "must be a mapping"),
     ("loop: {_component_: rt_funcs.session_loop, train_loop_config: {a: 1}}", "is not a Ray Train function"),
     ("loop: {_component_: rt_funcs.declares, train_loop_config: {}}", "declares applied_on_resume"),
+    ("loop: {_component_: rt_funcs.train_func, datasets_to_split: train}", "must be all or a list of dataset names"),
 ])
 def test_what_cannot_be_a_ray_train_loop_is_refused_with_the_fix(project, text, message):
     with pytest.raises(ConfigError, match=message):

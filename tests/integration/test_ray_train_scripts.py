@@ -206,6 +206,7 @@ def test_rays_regression_example_unchanged_with_its_datasets_from_a_local_csv(tm
         loop:
           _component_: {EXAMPLES}.torch_regression_example:train_func
           train_loop_config: {{lr: 0.01, hidden_size: 20, batch_size: 16, epochs: 2}}
+          datasets_to_split: [train]    # the example's DataConfig(datasets_to_split=["train"]): rank 0 validates
         data: {{_component_: local_data.regression_datasets, loader: ray, path: {tmp_path / 'regression.csv'}}}
         scaling: {{num_workers: 2}}
         run: {{storage_path: {tmp_path / 'runs'}, name: regression}}

@@ -399,6 +399,12 @@ def _loop(raw: Any, where: components.Where, source: str, component: Callable, i
             key = f"loop.{raytrain_script.FIXED_ON_RESUME}"
             raise ConfigError(f"{where(key)}: {key}: must be a list of config keys, got {_typename(fixed)}. Fix: e.g. "
                               f"[loop.train_loop_config.hidden_size] (refused if changed when the run resumes).")
+        split = rest.pop(raytrain_script.DATASETS_TO_SPLIT, None)
+        if split is not None and split != "all" and not (isinstance(split, list)
+                                                         and all(isinstance(n, str) for n in split)):
+            key = f"loop.{raytrain_script.DATASETS_TO_SPLIT}"
+            raise ConfigError(f"{where(key)}: {key}: must be all or a list of dataset names, got {_typename(split)}. "
+                              f"Fix: e.g. [train] (what TorchTrainer's DataConfig(datasets_to_split=...) takes).")
         if rest:
             first = next(iter(rest))
             raise ConfigError(
@@ -415,6 +421,8 @@ def _loop(raw: Any, where: components.Where, source: str, component: Callable, i
         kwargs = {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {})}
         if fixed:
             kwargs[raytrain_script.FIXED_ON_RESUME] = list(fixed)
+        if split is not None:
+            kwargs[raytrain_script.DATASETS_TO_SPLIT] = split
         return Component(path, target, kwargs)
     if given:
         raise ConfigError(

@@ -152,6 +152,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from raytrain.raytrain_script import dataset_config
     from raytrain.session import worker_entry
 
     code_dir = preflight.user_code_dir(cfg)
@@ -172,6 +173,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             callbacks=list(callbacks),
         ),
         datasets=preflight.driver_datasets(cfg),
+        dataset_config=dataset_config(cfg),
     )
 
 

@@ -5,6 +5,9 @@ A run config names it the way TorchTrainer takes it, and needs no model or data 
     loop:
       _component_: my_project.train:train_func     # train_func(config), or train_func() with no parameter
       train_loop_config: {lr: 0.01, epochs: 3}      # what TorchTrainer's train_loop_config would be
+      datasets_to_split: [train]                    # optional: TorchTrainer's DataConfig(datasets_to_split=...)
+    data: {_component_: my_project.data:datasets, loader: ray}   # optional: {name: ray.data.Dataset}, whose
+                                                    # shards ray.train.get_dataset_shard(name) returns
 
 config.py recognises such a loop: its callable takes no parameter, or exactly one named `config` (with the key
 `train_loop_config` present, one positional parameter of any name), and its section holds nothing but
@@ -53,6 +56,9 @@ RunConfig = Session = Any
 
 TRAIN_LOOP_CONFIG = "train_loop_config"
 FIXED_ON_RESUME = "fixed_on_resume"  # the run config may declare it for a function it cannot edit
+# TorchTrainer's dataset_config=DataConfig(datasets_to_split=...): which of the data component's Ray Datasets each
+# worker gets a shard of (default "all", as Ray Train's); the others every worker reads whole.
+DATASETS_TO_SPLIT = "datasets_to_split"
 RAY_TRAIN_PARAMETER = "config"
 
 
@@ -107,6 +113,15 @@ def resume_rules(cfg: RunConfig) -> Any:
     if not is_ray_train_loop(cfg):
         return rules
     return resume.ResumeRules(rules.fixed + tuple(cfg.loop.kwargs.get(FIXED_ON_RESUME) or ()), rules.applied)
+
+
+def dataset_config(cfg: RunConfig) -> Any:
+    """The TorchTrainer's DataConfig for a Ray Train function's run (None: Ray Train's default)."""
+    if not is_ray_train_loop(cfg) or DATASETS_TO_SPLIT not in cfg.loop.kwargs:
+        return None
+    import ray.train
+
+    return ray.train.DataConfig(datasets_to_split=cfg.loop.kwargs[DATASETS_TO_SPLIT])
 
 
 def local_refusal(cfg: RunConfig) -> Optional[str]:
