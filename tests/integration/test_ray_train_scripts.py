@@ -258,3 +258,25 @@ def test_rays_fashion_mnist_example_unchanged_with_home_pointed_at_local_data(tm
     run(project, HOME=str(home))
     rows = runs.read_metrics(tmp_path / "runs" / "fashion")
     assert [r["epoch"] for r in rows] == [1, 2] and {"loss", "accuracy"} <= set(rows[0])
+
+
+def test_the_docs_style_script_runs_as_a_rayjob_through_emulate(tmp_path):
+    """examples/ray-train-script as `kubectl apply -k` applies it, run by `raytrain emulate` on a local multi-node
+    cluster: the function reaches the head and the workers only through the job's working_dir."""
+    import yaml
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "examples" / "ray-train-script", project)
+    job_file = project / "job.yaml"
+    job_config = yaml.safe_load(job_file.read_text())
+    job_config["loop"]["train_loop_config"].update(epochs=2, num_samples=256)
+    job_file.write_text(yaml.safe_dump(job_config))
+    shared = tmp_path / "shared"
+    values = REPO / "helm" / "raytrain-cluster" / "values-kind.yaml"
+    done = subprocess.run([*RAYTRAIN, "emulate", ".", "--values", str(values), "--shared", str(shared)], cwd=project,
+                          capture_output=True, text=True, timeout=900, env=env())
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    run_dir = shared / "runs" / "ray-train-script"
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
+    assert [r["epoch"] for r in runs.read_metrics(run_dir)] == [0, 1]
+    assert_checkpoints_sound(run_dir, keep=2)
