@@ -8,7 +8,6 @@ resumed through ray.train.get_checkpoint(). Tiny epochs: the machine has 2 share
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil

@@ -43,7 +43,6 @@ an attempt whose lease was taken over commits nothing. torch is imported when a 
 
 from __future__ import annotations
 
-import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
