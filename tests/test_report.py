@@ -94,3 +94,20 @@ def test_bad_inputs_get_a_clear_error(tmp_path, capsys, setup, args, says):
     assert main(["report", *[a.format(d=tmp_path) for a in args]]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("raytrain: error: report: ") and says in err and "Fix:" in err and "Traceback" not in err
+
+
+def test_a_ray_train_function_run_is_summarised_by_its_own_metrics(tmp_path):
+    """raytrain.raytrain_script: the function's name and train_loop_config, its `loss`, no "of N epochs"."""
+    run_dir = runs.run_dir_of(str(tmp_path), "script")
+    cfg = load_config("digits", ["run.name=script"])
+    stored = cfg.to_dict()
+    stored["loop"] = {"_component_": "train_func.train_func", "train_loop_config": {"lr": 0.01}}
+    runs.Records(run_dir).write_config(__import__("yaml").safe_dump(stored))
+    for epoch in range(3):
+        runs.Records(run_dir).append_metrics({"epoch": epoch, "loss": 1.0 / (epoch + 1), "accuracy": 0.5})
+    runs.Records(run_dir).write_result({"status": "succeeded", "duration_s": 5.0, "epochs_completed": 2})
+    loaded, png, _ = report([run_dir])
+    summary, config, last, _ = summary_lines(loaded[0])
+    assert summary.startswith("script: succeeded, epoch 2, ") and png.exists()
+    assert config.startswith("  Ray Train function train_func.train_func(lr=0.01), 2 workers")
+    assert last == "  last: loss 0.3333, accuracy 0.5000"

@@ -61,7 +61,10 @@ def call_data_component(cfg: RunConfig, ctx: Optional[DataContext]) -> dict:
     if not isinstance(produced, Mapping) or "train" not in produced:
         raise ConfigError(f"{where} returned {type(produced).__name__}, not a mapping with a 'train' dataset. Fix: "
                           f"return {{'train': train_dataset, 'val': val_dataset}} ('val' optional).")
-    unknown = [key for key in produced if key not in ("train", "val")]
+    # A Ray Train function asks for its datasets by its own names (ray.train.get_dataset_shard("validation")).
+    from raytrain.raytrain_script import is_ray_train_loop
+
+    unknown = [] if is_ray_train_loop(cfg) else [key for key in produced if key not in ("train", "val")]
     if unknown:
         raise ConfigError(f"{where} returned unknown split(s) {', '.join(map(repr, unknown))}. Fix: return only "
                           f"'train' and 'val'.")

@@ -11,6 +11,10 @@ single-file one: rank 0 writes the whole state; a sharded one: every rank its sh
                               manifest: format, position, sha256, size, config, attempt), each fsynced;
   checkpoint_<...>/           the same directory renamed into place: the commit. The rename happens only after
                               the run's fence passed (raytrain.runcontrol), by the lease holder's rank 0.
+A directory checkpoint (a Ray Train function's `ray.train.report(..., checkpoint=...)`: raytrain.raytrain_script)
+is committed the same way: its files are copied into `.staging-checkpoint_<...>/data/` (each file's sha256 computed
+while it is copied), then meta.json names every file with its size and sha256 (`files`, instead of the single-file
+`sha256`/`size`), then the same fenced rename and the same pruning.
 So a `checkpoint_*` directory was always completely written; a `.staging-*` one provably never was (a crash, a full
 disk, a lost lease mid-write) and is removed by the next lease holder. A committed checkpoint whose files were
 damaged later is never deleted: it is verified another way where it can be (a damaged meta.json beside a state.pt
@@ -35,6 +39,7 @@ from raytrain.runcontrol import UNFENCED, Control
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
+DATA_DIR = "data"  # a directory checkpoint's files, as the function reported them
 DIR_PREFIX = "checkpoint_"
 STAGING_PREFIX = ".staging-"
 FORMAT = 2
@@ -149,9 +154,71 @@ def read_meta(directory: Path) -> dict:
         meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointUnreadable(f"{META_FILE} missing or invalid ({err.__class__.__name__})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+    if not isinstance(meta, dict) or not (isinstance(meta.get("sha256"), str) or is_directory_manifest(meta)):
         raise CheckpointUnreadable(f"{META_FILE} is not a checkpoint's metadata")
     return meta
+
+
+def is_directory_manifest(meta: dict) -> bool:
+    """A manifest that names files (a directory checkpoint) rather than the single state.pt."""
+    files = meta.get("files")
+    return isinstance(files, dict) and all(
+        isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("size"), int)
+        for entry in files.values())
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_tree_hashed(source: Path, destination: Path) -> dict[str, dict]:
+    """Copy every regular file under `source` into `destination` (made if missing), each durable and hashed while
+    it is copied. Each file lands by an atomic replace, so that workers copying the same file name into one staging
+    directory never interleave. Returns {relative path: {"size", "sha256"}}."""
+    files: dict[str, dict] = {}
+    source = Path(source)
+    for path in sorted(source.rglob("*")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(source).as_posix()
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
+        digest, size = hashlib.sha256(), 0
+        try:
+            with open(path, "rb") as reader, open(partial, "wb") as writer:
+                for block in iter(lambda: reader.read(1 << 20), b""):
+                    digest.update(block)
+                    size += len(block)
+                    writer.write(block)
+                writer.flush()
+                os.fsync(writer.fileno())
+            os.replace(partial, target)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        files[relative] = {"size": size, "sha256": digest.hexdigest()}
+    return files
+
+
+def write_directory_manifest(directory: Path, position: Position, files: dict[str, dict], *, config: dict,
+                             attempt: Optional[int] = None) -> None:
+    """meta.json of a directory checkpoint whose files are already under directory/data, durable."""
+    (directory / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    for sub in sorted({(directory / DATA_DIR / name).parent for name in files} | {directory / DATA_DIR}):
+        if sub.is_dir():
+            _fsync_dir(sub)
+    meta = {"format": FORMAT, "kind": "directory", "epoch": position.epoch, "step": position.step, "files": files,
+            "config": config, "attempt": attempt}
+    with open(directory / META_FILE, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(meta))
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(directory)
 
 
 def incomplete_reason(directory: Path) -> Optional[str]:
@@ -161,6 +228,15 @@ def incomplete_reason(directory: Path) -> Optional[str]:
         meta = read_meta(directory)
     except CheckpointUnreadable as why:
         return str(why)
+    if is_directory_manifest(meta):
+        for name, entry in meta["files"].items():
+            path = directory / DATA_DIR / name
+            size = path.stat().st_size if path.is_file() else None
+            if size is None:
+                return f"{DATA_DIR}/{name} is missing"
+            if size != entry["size"]:
+                return f"{DATA_DIR}/{name} holds {size} bytes, its manifest says {entry['size']}"
+        return None
     state_path = directory / STATE_FILE
     size = state_path.stat().st_size if state_path.is_file() else None
     if not size:
@@ -174,6 +250,17 @@ def verify_hash(directory: Path) -> None:
     """Read state.pt once and check it against its manifest's sha256: CheckpointUnreadable if it differs. The
     driver does this for the one checkpoint a start resumes from (its workers' rank 0 reads it once more to load)."""
     meta = read_meta(directory)
+    if is_directory_manifest(meta):
+        for name, entry in meta["files"].items():
+            try:
+                found = _file_digest(directory / DATA_DIR / name)
+            except OSError as err:
+                raise CheckpointUnreadable(f"{DATA_DIR}/{name} cannot be read "
+                                           f"({err.strerror or err.__class__.__name__})") from None
+            if found != entry["sha256"]:
+                raise CheckpointUnreadable(f"{DATA_DIR}/{name} does not match the hash in {META_FILE} (truncated or "
+                                           f"corrupted)")
+        return
     digest = hashlib.sha256()
     try:
         with open(directory / STATE_FILE, "rb") as handle:
@@ -199,6 +286,10 @@ def load(directory: Path) -> Loaded:
     state.pt that loads is verified another way: the state loads and names its own position (the warning says so).
     Anything else is CheckpointUnreadable, saying why."""
     state_path = directory / STATE_FILE
+    if not state_path.exists() and (directory / DATA_DIR).is_dir():
+        raise CheckpointUnreadable(f"a directory checkpoint (a Ray Train function's files under {DATA_DIR}/): "
+                                   f"raytrain.Session loops cannot load it; a Ray Train function gets it from "
+                                   f"ray.train.get_checkpoint()")
     try:
         data = state_path.read_bytes()
     except OSError as err:
@@ -272,8 +363,18 @@ class FileCheckpointer:
         self.control.check()  # a worker of an attempt that lost the run does not even write
         name = checkpoint_dir_name(position)
         staging = self.run_dir / f"{STAGING_PREFIX}{name}"
+        return self.commit(name, lambda: write_checkpoint(staging, state(), config=config or {},
+                                                          attempt=self.control.token))
+
+    def staging_path(self, name: str) -> Path:
+        return self.run_dir / f"{STAGING_PREFIX}{name}"
+
+    def commit(self, name: str, write: Callable[[], None]) -> Path:
+        """`write` fills the staging directory of checkpoint `name` (its manifest last); then the fenced rename
+        commits it and the newest `keep` complete checkpoints are kept. A failure leaves nothing half-written."""
+        staging = self.staging_path(name)
         try:
-            write_checkpoint(staging, state(), config=config or {}, attempt=self.control.token)
+            write()
             self.control.check()  # the commit is the rename below: fenced at the last moment
             staging.rename(self.run_dir / name)
         except BaseException:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from raytrain import __version__, console
-from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError
+from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError, UsageError
 from raytrain.run_options import add_address_option, add_config_options, add_lease_option, config_overrides
 
 EXIT_OK = 0
@@ -121,8 +121,12 @@ def cmd_local(args: argparse.Namespace) -> int:
     from raytrain.attempt import run_attempt
     from raytrain.local import LocalTrainer
     from raytrain.preflight import check_local_gpu
+    from raytrain.raytrain_script import local_refusal
 
     cfg = _load(args)
+    refusal = local_refusal(cfg)
+    if refusal is not None:
+        raise UsageError(refusal)
     check_local_gpu(cfg)
     return run_attempt(cfg, LocalTrainer(cfg), _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 

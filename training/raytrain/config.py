@@ -18,7 +18,7 @@ import inspect
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 import yaml
 from pydantic import Field
@@ -353,7 +353,7 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     train = _section(TrainSection, raw.get("train"), where, "train")
     scaling = _section(ScalingSection, raw.get("scaling"), where, "scaling")
     run = _section(RunSection, raw.get("run"), where, "run")
-    loop, _ = component("loop", raw.get("loop") or {}, default=DEFAULT_LOOP, skip=1)
+    loop = _loop(raw.get("loop") or {}, where, source, component, import_user_code, unchecked)
     # model and data are the loop's business: a section left out is None, refused only if the loop requires it.
     requires = tuple(getattr(loop.target, "requires", ())) if loop.target is not _unavailable else ()
     for section in ("model", "data"):
@@ -398,6 +398,69 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     if source_class is not None:
         components.instantiate(data_component).check(config, _fail(where))
     return config
+
+
+def _loop(raw: Any, where: components.Where, source: str, component: Callable, import_code: bool,
+          unchecked: list[str]) -> Component:
+    """The loop section: a raytrain.Session loop (`my_loop(session, **kwargs)`), or a Ray Train function
+    (`train_func(config)` or `train_func()`, its settings under `train_loop_config`: raytrain.raytrain_script)."""
+    from raytrain import raytrain_script
+
+    if not isinstance(raw, dict):
+        return component("loop", raw)[0]  # says it must be a mapping
+    given = raytrain_script.TRAIN_LOOP_CONFIG in raw
+    reference, rest = components.split_section(raw, where, "loop", DEFAULT_LOOP)
+    loop_config = rest.pop(raytrain_script.TRAIN_LOOP_CONFIG, None)
+    key = f"loop.{raytrain_script.TRAIN_LOOP_CONFIG}"
+    if given and loop_config is not None and not isinstance(loop_config, dict):
+        raise ConfigError(f"{where(key)}: {key}: must be a mapping (what TorchTrainer's train_loop_config takes), "
+                          f"got {_typename(loop_config)}. Fix: write it as '{raytrain_script.TRAIN_LOOP_CONFIG}:' "
+                          f"followed by indented key: value lines, e.g. {{lr: 0.01, epochs: 3}}.")
+    path = components.canonical_path(str(reference), "loop") if isinstance(reference, str) else ""
+    if not import_code and path and not path.startswith("raytrain."):
+        if not given:
+            return component("loop", raw, default=DEFAULT_LOOP, skip=1)[0]  # unchecked, as any user loop
+        unchecked.append(f"loop: {path}, a Ray Train function whose train_loop_config is its own")
+        return Component(path, _unavailable, {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {}), **rest})
+    path, target = components.import_target(reference, where, "loop")
+    if raytrain_script.is_ray_train_function(target, given):
+        fixed = rest.pop(raytrain_script.FIXED_ON_RESUME, None)
+        if fixed is not None and not (isinstance(fixed, list) and all(isinstance(p, str) for p in fixed)):
+            key = f"loop.{raytrain_script.FIXED_ON_RESUME}"
+            raise ConfigError(f"{where(key)}: {key}: must be a list of config keys, got {_typename(fixed)}. Fix: e.g. "
+                              f"[loop.train_loop_config.hidden_size] (refused if changed when the run resumes).")
+        split = rest.pop(raytrain_script.DATASETS_TO_SPLIT, None)
+        if split is not None and split != "all" and not (isinstance(split, list)
+                                                         and all(isinstance(n, str) for n in split)):
+            key = f"loop.{raytrain_script.DATASETS_TO_SPLIT}"
+            raise ConfigError(f"{where(key)}: {key}: must be all or a list of dataset names, got {_typename(split)}. "
+                              f"Fix: e.g. [train] (what TorchTrainer's DataConfig(datasets_to_split=...) takes).")
+        if rest:
+            first = next(iter(rest))
+            raise ConfigError(
+                f"{where(f'loop.{first}')}: unknown key 'loop.{first}': {path} is a Ray Train function (it takes "
+                f"{raytrain_script.describe_parameters(target)}), whose settings are its config. Fix: move "
+                f"{', '.join(rest)} under loop.{raytrain_script.TRAIN_LOOP_CONFIG}, as TorchTrainer's "
+                f"train_loop_config.")
+        if getattr(target, "applied_on_resume", None):
+            raise ConfigError(
+                f"{source}: {path} declares applied_on_resume, but a Ray Train function restores its own optimizer "
+                f"from ray.train.get_checkpoint(): raytrain has no optimizer to set them into. Fix: drop "
+                f"applied_on_resume (a changed train_loop_config value reaches the function anyway), or write the "
+                f"loop against raytrain.Session.")
+        kwargs = {raytrain_script.TRAIN_LOOP_CONFIG: dict(loop_config or {})}
+        if fixed:
+            kwargs[raytrain_script.FIXED_ON_RESUME] = list(fixed)
+        if split is not None:
+            kwargs[raytrain_script.DATASETS_TO_SPLIT] = split
+        return Component(path, target, kwargs)
+    if given:
+        raise ConfigError(
+            f"{where(key)}: {key}: {path} is not a Ray Train function (it takes "
+            f"{raytrain_script.describe_parameters(target)}); train_loop_config is the config of a function "
+            f"`train_func(config)` or `train_func()`. Fix: give a raytrain.Session loop its settings as keys of "
+            f"the loop section, or name a Ray Train function.")
+    return component("loop", raw, default=DEFAULT_LOOP, skip=1)[0]
 
 
 def _unavailable(*_args, **_kwargs):
@@ -462,6 +525,23 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
     """Rules across keys; each key's own range is in its annotation above."""
     fail = _fail(where)
     t, s, r = cfg.train, cfg.scaling, cfg.run
+    from raytrain.raytrain_script import TRAIN_LOOP_CONFIG
+
+    if TRAIN_LOOP_CONFIG not in cfg.loop.kwargs:  # a Ray Train function batches its own data
+        _check_batches(t, s, fail)
+    if not s.use_gpu and t.mixed_precision in ("bf16", "fp16"):
+        fail(
+            "train.mixed_precision",
+            f"'{t.mixed_precision}' needs a GPU but scaling.use_gpu is false",
+            "use 'auto' or 'off' on CPU, or set scaling.use_gpu=true",
+        )
+    if not r.name or "/" in r.name or "\\" in r.name or r.name in (".", "..") or r.name != r.name.strip():
+        fail("run.name", f"'{r.name}' cannot name a run directory", "use letters, digits, '-' and '_'")
+    if not r.storage_path or not r.storage_path.strip():
+        fail("run.storage_path", "is empty", "give a directory, on a cluster the shared volume such as /mnt/shared/runs")
+
+
+def _check_batches(t: TrainSection, s: ScalingSection, fail: Callable) -> None:
     if t.batch_size < s.num_workers:
         fail(
             "train.batch_size",
@@ -482,16 +562,6 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
             f"each worker's {share} samples per step do not split into {t.grad_accum_steps} equal micro-batches",
             f"use a train.grad_accum_steps that divides {share}, or change train.batch_size",
         )
-    if not s.use_gpu and t.mixed_precision in ("bf16", "fp16"):
-        fail(
-            "train.mixed_precision",
-            f"'{t.mixed_precision}' needs a GPU but scaling.use_gpu is false",
-            "use 'auto' or 'off' on CPU, or set scaling.use_gpu=true",
-        )
-    if not r.name or "/" in r.name or "\\" in r.name or r.name in (".", "..") or r.name != r.name.strip():
-        fail("run.name", f"'{r.name}' cannot name a run directory", "use letters, digits, '-' and '_'")
-    if not r.storage_path or not r.storage_path.strip():
-        fail("run.storage_path", "is empty", "give a directory, on a cluster the shared volume such as /mnt/shared/runs")
 
 
 def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optional[str] = None) -> str:

@@ -132,7 +132,7 @@ class Progress(threading.Thread):
             if self.key(row) not in self.printed:
                 self.printed.add(self.key(row))
                 console.epoch(format_row(row, self.epochs), row, out=self.out,
-                              bar=row["epoch"] / self.epochs if self.interactive else None)
+                              bar=row["epoch"] / self.epochs if self.interactive and self.epochs else None)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -161,6 +161,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from raytrain.raytrain_script import dataset_config
     from raytrain.session import worker_entry
 
     code_dir = preflight.user_code_dir(cfg)
@@ -181,6 +182,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             callbacks=list(callbacks),
         ),
         datasets=preflight.driver_datasets(cfg),
+        dataset_config=dataset_config(cfg),
     )
 
 
@@ -227,12 +229,17 @@ class RayTrainer:
         trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
                                 on_cluster=self.address is not None)
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
+        from raytrain.raytrain_script import is_ray_train_loop
+
+        batch = (f"Ray Train function {cfg.loop.path}" if is_ray_train_loop(cfg) else
+                 f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)")
         console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
-                     f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)", out=self.out,
+                     f"{batch}", out=self.out,
                      num_workers=cfg.scaling.num_workers, per_worker=per_worker)
         # Ray Train propagates this variable from the driver to its controller and workers.
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
-        progress = Progress(run_dir, cfg.train.epochs, self.out)
+        # A Ray Train function's reports count what it says (train.epochs is not its setting): no "of N".
+        progress = Progress(run_dir, 0 if is_ray_train_loop(cfg) else cfg.train.epochs, self.out)
         progress.start()
         try:
             trainer.fit()

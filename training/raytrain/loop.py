@@ -238,7 +238,7 @@ def metrics_row(train: EpochStats, val: Optional[EpochStats], seconds: float, cl
 
 
 def format_row(row: dict, epochs: int) -> str:
-    parts = [f"epoch {row['epoch']}/{epochs}"]
+    parts = [f"epoch {row['epoch']}/{epochs}" if epochs else f"epoch {row['epoch']}"]
     for key in ("train_loss", "val_loss", "val_accuracy"):
         if isinstance(row.get(key), (int, float)):
             parts.append(f"{key} {row[key]:.4f}")

@@ -175,7 +175,9 @@ def check_resume(cfg: RunConfig, records: runs.Records) -> resume.ResumePlan:
         records.append_event("warning", message=message)
 
     checkpointer = checkpoints.FileCheckpointer(run_dir, records.control, keep=cfg.run.keep_checkpoints)
-    plan = resume.plan(run_dir, cfg.to_dict(), warn, resume.rules_of(cfg.loop.target), checkpointer)
+    from raytrain.raytrain_script import resume_rules
+
+    plan = resume.plan(run_dir, cfg.to_dict(), warn, resume_rules(cfg), checkpointer)
     lost = resume.missing_rows(run_dir, plan.epoch) if plan.checkpoint is not None else []
     if lost:
         warn(f"{run_dir / runs.METRICS_FILE} lacks the rows of epoch(s) {_ranges(lost)}, which the checkpoint "

@@ -142,9 +142,19 @@ def component_name(section: dict, name: str) -> str:
     return components.short_name(components.canonical_path(str(path), name), name) if path else "?"
 
 
+def _ray_train_function(run: RunData) -> Optional[str]:
+    """The import path of a run's Ray Train function (raytrain.raytrain_script), else None."""
+    loop = run.config.get("loop") or {}
+    return loop.get(components.COMPONENT_KEY) if isinstance(loop, dict) and "train_loop_config" in loop else None
+
+
 def config_line(run: RunData) -> str:
     c = run.config
     model, data, train, scaling = (c.get(k, {}) or {} for k in ("model", "data", "train", "scaling"))
+    function = _ray_train_function(run)
+    if function:
+        settings = ", ".join(f"{k}={v}" for k, v in (c["loop"].get("train_loop_config") or {}).items())
+        return f"Ray Train function {function}({settings[:120]}), {scaling.get('num_workers', '?')} workers"
     parts = [f"{component_name(model, 'model')} on {component_name(data, 'data')}",
              f"{train.get('optimizer', '?')} lr {train.get('lr', '?')}",
              f"batch {train.get('batch_size', '?')}", f"{scaling.get('num_workers', '?')} workers"]
@@ -155,12 +165,14 @@ def summary_lines(run: RunData) -> list[str]:
     epochs = (run.config.get("train") or {}).get("epochs", "?")
     done = run.rows[-1]["epoch"] if run.rows else 0
     last = run.rows[-1] if run.rows else {}
-    lines = [f"{run.name}{'  (best)' if run.best else ''}: {run.status}, epoch {done}/{epochs}, "
+    of = "" if _ray_train_function(run) else f"/{epochs}"  # a Ray Train function counts its own epochs
+    lines = [f"{run.name}{'  (best)' if run.best else ''}: {run.status}, epoch {done}{of}, "
              f"{_fmt_duration(run.duration_s)} (its last invocation)"]
     if run.params:
         lines.append("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in run.params.items()))
     lines.append("  " + config_line(run) + f"  ({run.run_dir})")
-    scores = [f"{k} {last[k]:.4f}" for k in ("train_loss", "val_loss", "val_accuracy") if k in last]
+    scores = [f"{k} {last[k]:.4f}" for k in ("train_loss", "loss", "val_loss", "val_accuracy", "accuracy")
+              if isinstance(last.get(k), (int, float))]
     if scores:
         lines.append("  last: " + ", ".join(scores))
     resumes = [e for e in run.restarts if e.get("resumed_from_epoch") is not None]
@@ -212,8 +224,11 @@ def draw(loaded: list[RunData], out: Path) -> Path:
         label = run.name + (" (best)" if run.best else "")
         style = dict(color=color, linewidth=width, alpha=alpha, marker=marker, markersize=3.5,
                      zorder=3 if run.best else 2)  # the best trial drawn over the others
-        for key, panel, dashed in (("train_loss", "loss", False), ("val_loss", "loss", True),
-                                   ("val_accuracy", "val_accuracy", False), ("samples_per_s", "samples_per_s", False)):
+        # A Ray Train function's own "loss" and "accuracy" where the built-in names are absent.
+        loss = "train_loss" if any("train_loss" in r for r in run.rows) else "loss"
+        accuracy = "val_accuracy" if any("val_accuracy" in r for r in run.rows) else "accuracy"
+        for key, panel, dashed in ((loss, "loss", False), ("val_loss", "loss", True),
+                                   (accuracy, "val_accuracy", False), ("samples_per_s", "samples_per_s", False)):
             xs, ys = _series(run.rows, key)
             if not xs:
                 continue
@@ -222,7 +237,7 @@ def draw(loaded: list[RunData], out: Path) -> Path:
                 line_label = None if dashed else label
                 line_style = style
             else:  # one run: validation in a colour of its own
-                line_label = {"train_loss": "train", "val_loss": "validation"}.get(key)
+                line_label = {"train_loss": "train", "loss": "loss", "val_loss": "validation"}.get(key)
                 line_style = {**style, "color": colors[1]} if dashed else style
             axes[panel].plot(xs, ys, linestyle="--" if dashed else "-", label=line_label, **line_style)
         mark = color if many else "tab:red"  # one run: restarts in a colour no curve has

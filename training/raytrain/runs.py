@@ -12,6 +12,7 @@ that is over, commits nothing. Reading needs no control: the module's read_* fun
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -94,6 +95,18 @@ class Records:
         result = self._stamped(result)
         self.write_atomic(self.run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
         self._append_line(RESULTS_HISTORY_FILE, {"time": time.time(), **result})
+
+
+def plain_number(value: Any) -> Any:
+    """Tensors and numpy scalars as plain numbers, so that metrics rows are JSON."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else value
+    return value
 
 
 def _before(row: dict, last_epoch: int, step: int) -> bool:

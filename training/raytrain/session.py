@@ -43,14 +43,13 @@ an attempt whose lease was taken over commits nothing. torch is imported when a 
 
 from __future__ import annotations
 
-import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from raytrain import build, checkpoints, components, resume, runs
+from raytrain import build, checkpoints, components, raytrain_script, resume, runs
 from raytrain.checkpoints import Position
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DataContext, data_context
@@ -341,16 +340,7 @@ class CheckpointsUnloadable(RaytrainError):
     """A worker found committed checkpoints none of which loads (the driver's check passed before the start)."""
 
 
-def _plain_number(value: Any) -> Any:
-    """Tensors and numpy scalars as plain numbers, so that metrics rows are JSON."""
-    if hasattr(value, "item") and callable(value.item):
-        try:
-            value = value.item()
-        except (TypeError, ValueError, RuntimeError):
-            return value
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else value
-    return value
+_plain_number = runs.plain_number  # metrics values as plain JSON numbers
 
 
 def torch_threads(cfg: RunConfig, cpus_per_worker: float) -> int:
@@ -462,13 +452,19 @@ def worker_entry(loop_config: dict) -> None:
             workdir.use(loop_config["working_dir"])
         except workdir.WorkingDirError:
             pass  # another node: the code came with Ray's runtime env (working_dir) instead
+    ray_train_function = raytrain_script.TRAIN_LOOP_CONFIG in (loop_config["config"].get("loop") or {})
+    if ray_train_function:  # before the function's module is imported: `from ray.train import report` gets ours
+        raytrain_script.install()
     cfg = config_from_dict(loop_config["config"])
     session = RayTrainSession(cfg, Path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
                               loop_config.get("lease_token"))
     session._telemetry_linger = bool(loop_config.get("telemetry_linger"))
     session.start()
     try:
-        components.instantiate(cfg.loop, session)
+        if ray_train_function:
+            raytrain_script.run(cfg, session)
+        else:
+            components.instantiate(cfg.loop, session)
     except AttemptEnded as ended:
         if ended.ending is Ending.DRAINING:
             # A worker failure for Ray Train, which starts a new group on the nodes left; it resumes from the

@@ -233,10 +233,12 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
 
 
 def _unchecked_note(source: RunConfigSource, unchecked: list[str]) -> Problem:
+    # `raytrain local` refuses a Ray Train function (raytrain.raytrain_script): not offered for one
+    local = "" if any("a Ray Train function" in entry for entry in unchecked) else " (or `raytrain local`)"
     return source.doc.problem(source.field, f"names your own code ({'; '.join(unchecked)}): its keyword arguments "
                               "are yours, so they are checked when `raytrain run` starts on the cluster, where the "
                               "job's working_dir (or the image) provides the modules.", "nothing to do; to check them "
-                              f"now, run `raytrain run {source.ref} --smoke-test` (or `raytrain local`) in your "
+                              f"now, run `raytrain run {source.ref} --smoke-test`{local} in your "
                               "project's directory", severity="note")
 
 

@@ -1,0 +1,281 @@
+"""Ray Train scripts run unchanged under `raytrain run` (raytrain.raytrain_script), on the embedded Ray, through
+the real CLI: Ray's own examples as installed (ray/train/examples/pytorch; only their data pointed at local files),
+killed mid-run and resumed; the docs-style example (examples/ray-train-script) stopped gracefully, SIGKILLed and
+resumed through ray.train.get_checkpoint(). Tiny epochs: the machine has 2 shared cores.
+
+    .venv/bin/python -m pytest -m integration tests/integration/test_ray_train_scripts.py -v --durations=0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from raytrain import checkpoints, runs
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+RAYTRAIN = [sys.executable, "-m", "raytrain.cli"]
+TTL_S = 15  # a SIGKILLed driver's lease is taken over after this (shorter loses leases on a busy machine)
+EXAMPLES = "ray.train.examples.pytorch"
+
+
+def env(**extra: str) -> dict:
+    return {**os.environ, "RAYTRAIN_LEASE_TTL_S": str(TTL_S), **extra}
+
+
+def start(cwd: Path, *args: str, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([*RAYTRAIN, "run", "job.yaml", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env(**extra))
+
+
+def run(cwd: Path, *args: str, expect: int = 0, **extra: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([*RAYTRAIN, "run", "job.yaml", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=500, env=env(**extra))
+    assert done.returncode == expect, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, at_least: int, timeout: float = 300) -> int:
+    """Until a committed checkpoint at position >= at_least exists; returns the newest position."""
+    deadline = time.time() + timeout
+    while True:
+        found = [checkpoints.position_of(p).epoch for p in checkpoints.committed(run_dir)]
+        if found and max(found) >= at_least:
+            return max(found)
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.time() < deadline, "no checkpoint"
+        time.sleep(0.1)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the driver alone, as a node failure would: its watchdog stops the embedded Ray."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def assert_checkpoints_sound(run_dir: Path, keep: int) -> list[Path]:
+    found = checkpoints.committed(run_dir)
+    assert 0 < len(found) <= keep and not checkpoints.staging_dirs(run_dir)
+    for path in found:
+        checkpoints.verify_hash(path)
+        assert json.loads((path / "meta.json").read_text())["kind"] == "directory"
+    return found
+
+
+def job(tmp_path: Path, text: str) -> Path:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    (project / "job.yaml").write_text(textwrap.dedent(text))
+    return project
+
+
+def test_rays_linear_example_unchanged_is_killed_and_rerun_with_rows_and_pruned_checkpoints(tmp_path):
+    """torch_linear_example.train_func reports a checkpoint every epoch and never asks for one back: a rerun
+    after a SIGKILL starts the function over (raytrain says so), numbering its reports on from the checkpoint."""
+    project = job(tmp_path, f"""
+        loop:
+          _component_: {EXAMPLES}.torch_linear_example:train_func
+          train_loop_config: {{lr: 0.01, epochs: 40, batch_size: 4, data_size: 1000}}
+        scaling: {{num_workers: 2}}
+        run: {{storage_path: {tmp_path / 'runs'}, name: linear, keep_checkpoints: 2}}
+    """)
+    run_dir = tmp_path / "runs" / "linear"
+    proc = start(project)
+    try:
+        killed_at = wait_for_checkpoint(proc, run_dir, 2)
+        kill(proc)
+    finally:
+        stop_group(proc)
+    assert_checkpoints_sound(run_dir, keep=2)
+
+    done = run(project, "--set", "loop.train_loop_config.epochs=3")
+    assert "did not call ray.train.get_checkpoint()" in done.stdout + done.stderr
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["attempt"] == 2
+    rows = runs.read_metrics(run_dir)
+    # The first attempt's rows up to its newest checkpoint (its workers may commit one more in the second before
+    # the watchdog stops them), then the rerun's three, each report one row.
+    kept = [r["epoch"] for r in rows if r["attempt"] == 1]
+    assert kept == list(range(1, len(kept) + 1)) and len(kept) >= killed_at
+    assert [r["epoch"] for r in rows] == list(range(1, len(kept) + 4))
+    assert all(isinstance(r["loss"], float) for r in rows)
+    found = assert_checkpoints_sound(run_dir, keep=2)
+    assert [checkpoints.position_of(p).epoch for p in found] == [len(kept) + 3, len(kept) + 2]
+    assert all(json.loads((p / "meta.json").read_text())["attempt"] == 2 for p in found)
+    assert set(json.loads((found[0] / "meta.json").read_text())["files"]) == {"model.pt"}
+    assert result["checkpoint"] == str(found[0])
+
+
+def test_a_docs_style_script_stops_gracefully_is_killed_and_resumes_through_get_checkpoint(tmp_path):
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "examples" / "ray-train-script", project)
+    storage = tmp_path / "runs"
+    run_dir = storage / "job"
+    options = ("--storage", str(storage), "--set", "loop.train_loop_config.num_samples=1024")
+
+    # SIGTERM (a deleted pod): the function ends at its next report, whose checkpoint is committed first
+    proc = start(project, *options, "--set", "loop.train_loop_config.epochs=200")
+    try:
+        wait_for_checkpoint(proc, run_dir, 1)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        stop_group(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "stopped"
+    last = runs.read_metrics(run_dir)[-1]["epoch"]
+    assert checkpoints.position_of(checkpoints.committed(run_dir)[0]).epoch == last  # stopped at a report
+
+    # SIGKILL after a further checkpoint; the rerun's get_checkpoint() returns the newest complete one
+    proc = start(project, *options, "--set", "loop.train_loop_config.epochs=200")
+    try:
+        wait_for_checkpoint(proc, run_dir, last + 2)
+        kill(proc)
+    finally:
+        stop_group(proc)
+    time.sleep(3)  # the watchdog stops the killed driver's workers (they may commit one more checkpoint)
+    newest = checkpoints.committed(run_dir)[0]
+    at = checkpoints.position_of(newest).epoch
+    done = run(project, *options, "--set", f"loop.train_loop_config.epochs={at + 3}")
+    assert f"resuming after epoch {at} from {newest.name}" in done.stdout, done.stdout[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["resumed_from_epoch"] == at
+    rows = runs.read_metrics(run_dir)
+    assert [r["epoch"] for r in rows] == list(range(0, at + 3))  # every epoch once, across three attempts
+    assert [r["resumed_from_epoch"] for r in rows[-2:]] == [at, at]
+    assert_checkpoints_sound(run_dir, keep=2)
+
+
+# ---------------------------------------------------------------------------------------------- the other examples
+
+
+def write_fashion_mnist(root: Path, count: int = 256) -> None:
+    """FashionMNIST's four raw files (random pixels, `count` images each) where torchvision looks before it
+    downloads: ROOT/FashionMNIST/raw."""
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    pixels = bytes((i * 37) % 256 for i in range(count * 28 * 28))
+    labels = bytes(i % 10 for i in range(count))
+    for prefix in ("train", "t10k"):
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, count, 28, 28) + pixels)
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, count) + labels)
+
+
+REGRESSION_DATA = '''
+import pandas as pd
+import ray.data
+
+
+def regression_datasets(path: str, split: float = 0.7):
+    """torch_regression_example.get_datasets with its S3 CSV read from a local file."""
+    dataset = ray.data.read_csv(path)
+
+    def combine_x(batch):
+        return pd.DataFrame({"x": batch[[f"x{i:03d}" for i in range(100)]].values.tolist(), "y": batch["y"]})
+
+    dataset = dataset.map_batches(combine_x, batch_format="pandas")
+    train, validation = dataset.repartition(num_blocks=4).train_test_split(split, shuffle=True)
+    return {"train": train, "validation": validation}
+'''
+
+
+def test_rays_regression_example_unchanged_with_its_datasets_from_a_local_csv(tmp_path):
+    import numpy as np
+
+    project = job(tmp_path, f"""
+        loop:
+          _component_: {EXAMPLES}.torch_regression_example:train_func
+          train_loop_config: {{lr: 0.01, hidden_size: 20, batch_size: 16, epochs: 2}}
+          datasets_to_split: [train]    # the example's DataConfig(datasets_to_split=["train"]): rank 0 validates
+        data: {{_component_: local_data.regression_datasets, loader: ray, path: {tmp_path / 'regression.csv'}}}
+        scaling: {{num_workers: 2}}
+        run: {{storage_path: {tmp_path / 'runs'}, name: regression}}
+    """)
+    (project / "local_data.py").write_text(REGRESSION_DATA)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 100))
+    columns = {f"x{i:03d}": x[:, i] for i in range(100)}
+    import pandas as pd
+
+    pd.DataFrame({**columns, "y": x[:, :3].sum(axis=1)}).to_csv(tmp_path / "regression.csv", index=False)
+    run(project)
+    run_dir = tmp_path / "runs" / "regression"
+    rows = runs.read_metrics(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2] and all(isinstance(r["loss"], float) for r in rows)
+    found = assert_checkpoints_sound(run_dir, keep=2)
+    assert set(json.loads((found[0] / "meta.json").read_text())["files"]) == {"model.pt"}
+
+
+def test_rays_quick_start_unchanged_reads_fashion_mnist_where_it_looks(tmp_path):
+    """torch_quick_start reads /tmp/data (download=True downloads only what is not there) and reports nothing:
+    it runs to its end, with no rows and no checkpoints (a stop would wait for a report that never comes)."""
+    data = Path("/tmp/data")
+    if not (data / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").exists():
+        write_fashion_mnist(data)
+    project = job(tmp_path, f"""
+        loop: {{_component_: {EXAMPLES}.torch_quick_start:train_func_distributed}}
+        scaling: {{num_workers: 2}}
+        run: {{storage_path: {tmp_path / 'runs'}, name: quick}}
+    """)
+    run(project)
+    run_dir = tmp_path / "runs" / "quick"
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
+    assert runs.read_metrics(run_dir) == [] and checkpoints.committed(run_dir) == []
+
+
+def test_rays_fashion_mnist_example_unchanged_with_home_pointed_at_local_data(tmp_path):
+    """It reads ~/data (HOME: the knob it has) and reports loss and accuracy each epoch, no checkpoint."""
+    pytest.importorskip("tqdm", reason="torch_fashion_mnist_example imports tqdm, which this environment lacks")
+    home = tmp_path / "home"
+    write_fashion_mnist(home / "data")
+    project = job(tmp_path, f"""
+        loop:
+          _component_: {EXAMPLES}.torch_fashion_mnist_example:train_func_per_worker
+          train_loop_config: {{lr: 0.001, epochs: 2, batch_size_per_worker: 16}}
+        scaling: {{num_workers: 2}}
+        run: {{storage_path: {tmp_path / 'runs'}, name: fashion}}
+    """)
+    run(project, HOME=str(home))
+    rows = runs.read_metrics(tmp_path / "runs" / "fashion")
+    assert [r["epoch"] for r in rows] == [1, 2] and {"loss", "accuracy"} <= set(rows[0])
+
+
+def test_the_docs_style_script_runs_as_a_rayjob_through_emulate(tmp_path):
+    """examples/ray-train-script as `kubectl apply -k` applies it, run by `raytrain emulate` on a local multi-node
+    cluster: the function reaches the head and the workers only through the job's working_dir."""
+    import yaml
+
+    project = tmp_path / "project"
+    shutil.copytree(REPO / "examples" / "ray-train-script", project)
+    job_file = project / "job.yaml"
+    job_config = yaml.safe_load(job_file.read_text())
+    job_config["loop"]["train_loop_config"].update(epochs=2, num_samples=256)
+    job_file.write_text(yaml.safe_dump(job_config))
+    shared = tmp_path / "shared"
+    values = REPO / "helm" / "raytrain-cluster" / "values-kind.yaml"
+    done = subprocess.run([*RAYTRAIN, "emulate", ".", "--values", str(values), "--shared", str(shared)], cwd=project,
+                          capture_output=True, text=True, timeout=900, env=env())
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    run_dir = shared / "runs" / "ray-train-script"
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
+    assert [r["epoch"] for r in runs.read_metrics(run_dir)] == [0, 1]
+    assert_checkpoints_sound(run_dir, keep=2)
