@@ -21,6 +21,7 @@ import yaml
 
 from raytrain.validator.render import render_chart
 from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
+from tests.support.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "kind-e2e"
@@ -40,7 +41,8 @@ def crd_dir() -> Path:
 
 def script(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
     # KIND/HELM point nowhere: whatever this machine has installed, the script can never create a cluster here.
-    full_env = {**os.environ, "KIND": "/nonexistent/kind", "HELM": "/nonexistent/helm", **env}
+    # RAYTRAIN: this interpreter's, wherever its venv is (the script's default is the checkout's .venv).
+    full_env = {**os.environ, "KIND": "/nonexistent/kind", "HELM": "/nonexistent/helm", "RAYTRAIN": RAYTRAIN, **env}
     return subprocess.run([str(SCRIPT), *args], cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -80,10 +82,7 @@ def values_of(words: list[str]) -> tuple[list[Path], dict[str, str]]:
 # --------------------------------------------------------------------------------------------------- the script
 
 def test_shellcheck_passes():
-    shellcheck = shutil.which("shellcheck")
-    if not shellcheck:
-        pytest.skip("shellcheck is not installed (Debian: apt-get install -y shellcheck; .ci/run installs it)")
-    result = subprocess.run([shellcheck, "--external-sources", str(SCRIPT)], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run([require_tool("shellcheck"), "--external-sources", str(SCRIPT)], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
