@@ -168,7 +168,7 @@ def test_keep_and_hostpath_change_the_plan(tmp_path):
     assert files == [CHART / "values-kind.yaml"] and sets == {}, (files, sets)
 
 
-def test_the_manifests_it_applies_validate(tmp_path):
+def test_the_manifests_it_applies_validate(raytrain, tmp_path):
     applied = []
     for words in commands(plan(tmp_path)):
         if tool(words) == "kubectl" and "apply" in words:
@@ -176,9 +176,9 @@ def test_the_manifests_it_applies_validate(tmp_path):
             if not path.startswith(str(tmp_path)):  # the KubeRay CRDs come from the downloaded chart
                 applied.append(path)
     assert applied == ["manifests/kind/nfs-server.yaml", "manifests/rayjob.yaml", "manifests/rayjob.yaml"], applied
-    result = subprocess.run([RAYTRAIN, "validate", "manifests/kind-config.yaml", *sorted(set(applied)),
-                             "--crds", str(crd_dir())], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = raytrain("validate", "manifests/kind-config.yaml", *sorted(set(applied)), "--crds", str(crd_dir()),
+                      cwd=REPO)
+    assert result.returncode == 0, result.output
 
 
 def test_the_kind_config_is_what_the_script_and_the_values_expect(tmp_path):
@@ -192,7 +192,7 @@ def test_the_kind_config_is_what_the_script_and_the_values_expect(tmp_path):
     # raytrain validate accepts it: test_the_manifests_it_applies_validate runs it with the manifests.
 
 
-def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(tmp_path):
+def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(raytrain, tmp_path):
     """`helm upgrade --install` exactly as planned, rendered offline by the Helm library (what helm template and
     --dry-run=client do), then checked with raytrain validate together with the RayJob that runs on it."""
     files, sets = values_of(chart_install(plan(tmp_path)))
@@ -210,9 +210,8 @@ def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(tmp
     together.mkdir()
     (together / "chart.yaml").write_text(yaml.safe_dump_all(objects))
     shutil.copy(REPO / "manifests" / "rayjob.yaml", together / "rayjob.yaml")
-    result = subprocess.run([RAYTRAIN, "validate", str(together), "--crds", str(crd_dir())], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = raytrain("validate", str(together), "--crds", str(crd_dir()), cwd=REPO)
+    assert result.returncode == 0, result.output
 
 
 def test_dry_run_validates_for_real_and_touches_no_cluster(tmp_path):
