@@ -5,6 +5,7 @@ and that every test tier has a time limit."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import re
 import sys
@@ -39,9 +40,14 @@ ENVIRONMENT_USES = {
 ENVIRONMENT_NAMES = ("environ", "getenv", "putenv", "unsetenv")
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def environment_uses(path: Path) -> list[tuple[int, str]]:
     """(line, enclosing Class.function) of each os.environ / os.getenv use in a module, however os is imported."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     os_names, direct = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -118,7 +124,7 @@ def third_party_imports(paths) -> dict[str, str]:
     """Top-level module -> the first file importing it, for every import that is neither stdlib nor raytrain."""
     found: dict[str, str] = {}
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -147,8 +153,13 @@ def declared(*groups: str) -> set[str]:
 PROVIDED_BY = {"ray": "ray", "google": "ray"}  # google.protobuf: Ray's generated messages (drain.py) need it
 
 
+@functools.lru_cache(maxsize=None)
+def installed_modules() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
 def undeclared(modules: dict[str, str], allowed: set[str]) -> list[str]:
-    distributions = importlib.metadata.packages_distributions()
+    distributions = installed_modules()
     missing = []
     for module, where in sorted(modules.items()):
         names = {d.lower().replace("_", "-") for d in distributions.get(module, [])} | {PROVIDED_BY.get(module, "")}
