@@ -21,6 +21,8 @@ import yaml
 
 from raytrain.validator.render import render_chart
 from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
+from tests.e2e import kind_artifacts, kind_capacity
+from tests.support.cli import Done
 from tests.support.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +32,17 @@ RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
 PLACEHOLDER_IP = "10.96.0.100"  # stands in for <nfs-server-cluster-ip>, known only on a live cluster
 STEPS = ["Preflight", "Validate offline", "kind cluster", "KubeRay operator v1.7.0", "Image", "Shared storage",
          "Capacity", "Our chart", "RayJob run 1", "RayJob run 2", "Teardown"]
+
+
+def in_process(main, argv: list[str], capsys) -> Done:
+    """A helper's main(argv) in this process, as `python -m tests.e2e.NAME` would run it (without the import time)."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    return Done(code, out, err)
 
 
 def crd_dir() -> Path:
@@ -247,16 +260,16 @@ def status(deployment: str, job: str) -> dict:
     ("still running", status("Running", "RUNNING"), "RayJob did not succeed"),
     ("succeeded but no run files", status("Complete", "SUCCEEDED"), "no run directory"),
 ])
-def test_artifact_checks_fail_with_the_reason(tmp_path, case, rayjob, expected):
+def test_artifact_checks_fail_with_the_reason(capsys, tmp_path, case, rayjob, expected):
     if rayjob is not None:
         (tmp_path / "rayjob.yaml").write_text(yaml.safe_dump(rayjob))
-    result = subprocess.run([sys.executable, "-m", "tests.e2e.kind_artifacts", str(tmp_path), "--epochs", "60"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = in_process(kind_artifacts.main, [str(tmp_path), "--epochs", "60"], capsys)
     assert result.returncode == 1, (case, result.stdout, result.stderr)
     assert expected in result.stderr, (case, result.stderr)
 
 
 def test_killed_pod_needs_what_the_resume_check_uses(tmp_path):
+    # `python -m`, as the script runs it (the other checks call its main() in this process)
     result = subprocess.run([sys.executable, "-m", "tests.e2e.kind_artifacts", str(tmp_path), "--epochs", "60",
                              "--killed-pod", "w-1", "--interval", "5"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and "--killed-pod needs --epoch-before, --newest-checkpoint-before" in result.stderr
@@ -303,19 +316,18 @@ KIND_SYSTEM_PODS = {"items": [node_pod("kube-apiserver", "250m", "0"), node_pod(
                               node_pod("done", "8", "64Gi", phase="Succeeded")]}
 
 
-def capacity(tmp_path: Path, node: dict, pods: dict = KIND_SYSTEM_PODS) -> subprocess.CompletedProcess:
+def capacity(tmp_path: Path, capsys, node: dict, pods: dict = KIND_SYSTEM_PODS) -> Done:
     files, sets = values_of(chart_install(plan(tmp_path)))
     sets["sharedStorage.nfs.server"] = PLACEHOLDER_IP
     (tmp_path / "chart.yaml").write_text(yaml.safe_dump_all(render_chart(CHART, files, sets, release_name="raytrain")))
     (tmp_path / "node.json").write_text(json.dumps(node))
     (tmp_path / "pods.json").write_text(json.dumps(pods))
-    return subprocess.run([sys.executable, "-m", "tests.e2e.kind_capacity", "--node", str(tmp_path / "node.json"),
-                           "--pods", str(tmp_path / "pods.json"), str(tmp_path / "chart.yaml"), "manifests/rayjob.yaml"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    return in_process(kind_capacity.main, ["--node", str(tmp_path / "node.json"), "--pods", str(tmp_path / "pods.json"),
+                                           str(tmp_path / "chart.yaml"), str(REPO / "manifests" / "rayjob.yaml")], capsys)
 
 
-def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(tmp_path):
-    result = capacity(tmp_path, kind_node("4", "8025424Ki"))
+def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(capsys, tmp_path):
+    result = capacity(tmp_path, capsys, kind_node("4", "8025424Ki"))
     assert result.returncode == 1, result.stdout + result.stderr
     # head + 2 workers (1 CPU, 2Gi each) and the submitter (500m, 512Mi) on top of 1.15 CPU already requested.
     assert "pods on it request 1.15 CPU" in result.stderr and "to apply 3.5 CPU, 6.5Gi" in result.stderr
@@ -324,8 +336,8 @@ def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(tmp_path):
     assert "Docker Desktop: Settings > Resources" in result.stderr
 
 
-def test_capacity_passes_where_the_node_has_room_and_names_memory_when_it_is_short(tmp_path):
-    roomy = capacity(tmp_path, kind_node("8", "16Gi"))
+def test_capacity_passes_where_the_node_has_room_and_names_memory_when_it_is_short(capsys, tmp_path):
+    roomy = capacity(tmp_path, capsys, kind_node("8", "16Gi"))
     assert roomy.returncode == 0 and "to apply 3.5 CPU, 6.5Gi" in roomy.stdout, roomy.stdout + roomy.stderr
-    tight = capacity(tmp_path, kind_node("8", "6Gi"))
+    tight = capacity(tmp_path, capsys, kind_node("8", "6Gi"))
     assert tight.returncode == 1 and "short by 1.4Gi of memory" in tight.stderr, tight.stderr
