@@ -62,8 +62,9 @@ def test_local_linear_trains_and_writes_the_run_files(raytrain, tmp_path):
     assert (tmp_path / "loc" / "config.yaml").is_file()
 
 
-# A Python without the [kube] extra (a fresh process: this one has imported the extra's modules already): a finder in front of the others refuses its modules, as an environment that
-# never installed them would (the extra's packages are installed here, so they are hidden, not removed).
+# A Python without the [kube] extra, in a fresh process (this one has imported the extra's modules already): a
+# finder in front of the others refuses its modules, as an environment that never installed them would (the extra's
+# packages are installed here, so they are hidden, not removed).
 WITHOUT_KUBE_EXTRA = """
 import sys
 from importlib.abc import MetaPathFinder
