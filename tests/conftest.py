@@ -1,11 +1,31 @@
-"""Fixtures for the Kubernetes-side tests: the KubeRay CRD directory, found as `raytrain validate` finds it."""
+"""Fixtures every tier shares: the KubeRay CRD directory (found as `raytrain validate` finds it), the `raytrain`
+command run in-process, the CLI's process-wide state put back after each test, and the tiers' time limits."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
+from raytrain import console, workdir
 from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
+from tests.support.cli import Done, exit_status
+
+# pyproject.toml's `timeout` (60 s) bounds a unit test; a tier that runs real clusters or builds gets its own limit
+# here (a test's own @pytest.mark.timeout wins), so a hung Ray test fails with a traceback instead of running to CI's
+# kill. integration: about three times its slowest test on this 2-core machine under a load of 20 (292 s); image:
+# the first test builds the image (a subprocess limit of 900 s); e2e: above scripts/kind-e2e's own limit
+# (RAYTRAIN_E2E_TIMEOUT, 5400 s).
+TIER_TIMEOUTS_S = {"integration": 900, "image": 1800, "e2e": 6000, "gpu": 900}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("timeout"):
+            continue
+        limits = [seconds for marker, seconds in TIER_TIMEOUTS_S.items() if item.get_closest_marker(marker)]
+        if limits:
+            item.add_marker(pytest.mark.timeout(max(limits)))
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +35,30 @@ def crd_dir() -> Path:
         return resolve_crd_dir(None, os.environ.get(CRDS_ENV))
     except CRDError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(autouse=True)
+def _cli_state_restored():
+    """main() configures the console (format, run name, a copy file) and puts the working directory on sys.path for
+    the process: each test starts from the defaults, whatever the one before ran."""
+    settings, path, current = dict(console._settings), list(sys.path), workdir._current
+    yield
+    console.stop_copy()
+    console._settings.clear()
+    console._settings.update(settings, copy=None)
+    sys.path[:] = path
+    workdir._current = current
+
+
+@pytest.fixture
+def raytrain(capsys, monkeypatch):
+    """raytrain(*args, cwd=None) -> Done(returncode, stdout, stderr): the command run in this process."""
+    def run(*args: str, cwd=None) -> Done:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = exit_status(list(args))
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return run

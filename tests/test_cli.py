@@ -1,9 +1,10 @@
 """The `raytrain` command on bad input: one clear paragraph on stderr, a non-zero exit, never a traceback.
-These cases fail before Ray starts, so they run in the unit tier."""
+These cases fail before Ray starts, so they run in the unit tier, in this process (the `raytrain` fixture calls
+main() as the console script does: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +12,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def raytrain(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raytrain.cli", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
 
 
 @pytest.mark.parametrize("args, exit_code, fragment", [
@@ -29,7 +25,7 @@ def raytrain(*args: str, cwd=None) -> subprocess.CompletedProcess:
     (["run", "linear", "--name", ""], 2, "--name '': is empty"),
     (["local", "linear", "--name", "a/b"], 2, "--name a/b: run.name: 'a/b' cannot name a run directory"),
 ])
-def test_bad_input_gives_one_clear_error(args, exit_code, fragment, tmp_path):
+def test_bad_input_gives_one_clear_error(raytrain, args, exit_code, fragment, tmp_path):
     done = raytrain(*args, "--storage", str(tmp_path))
     assert done.returncode == exit_code, done.stderr
     assert done.stderr.startswith("raytrain: error: ") and fragment in done.stderr, done.stderr
@@ -37,36 +33,38 @@ def test_bad_input_gives_one_clear_error(args, exit_code, fragment, tmp_path):
     assert not (tmp_path / "linear").exists()  # rejected before anything was written
 
 
-def test_an_empty_storage_path_is_refused_not_ignored(tmp_path):
+def test_an_empty_storage_path_is_refused_not_ignored(raytrain, tmp_path):
     done = raytrain("run", "linear", "--storage", "", cwd=tmp_path)
     assert done.returncode == 2 and "--storage '': is empty" in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
 
 
-def test_missing_data_fails_fast_with_how_to_stage_it(tmp_path):
+def test_missing_data_fails_fast_with_how_to_stage_it(raytrain, tmp_path):
     done = raytrain("run", "mnist", "--storage", str(tmp_path), "--set", "data.download=false")
     assert done.returncode == 1
     assert "MNIST is not available" in done.stderr and "copy the files" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
 
 
-def test_presets_and_version():
+def test_presets_and_version(raytrain):
     assert "linear" in raytrain("presets").stdout
-    assert raytrain("--version").stdout.startswith("raytrain ")
+    version = raytrain("--version")
+    assert version.returncode == 0 and version.stdout.startswith("raytrain ")
 
 
-def test_local_linear_trains_and_writes_the_run_files(tmp_path):
+def test_local_linear_trains_and_writes_the_run_files(raytrain, tmp_path):
     done = raytrain("local", "linear", "--storage", str(tmp_path), "--name", "loc", "--set", "train.epochs=30")
     assert done.returncode == 0, done.stderr
-    result = __import__("json").loads((tmp_path / "loc" / "result.json").read_text())
+    result = json.loads((tmp_path / "loc" / "result.json").read_text())
     assert result["status"] == "succeeded" and result["epochs_completed"] == 30
     assert result["resumed_from_epoch"] is None
     assert result["metrics"]["train_loss"] <= 0.09
     assert (tmp_path / "loc" / "config.yaml").is_file()
 
 
-# A Python without the [kube] extra: a finder in front of the others refuses its modules, as an environment that
-# never installed them would (the extra's packages are installed here, so they are hidden, not removed).
+# A Python without the [kube] extra, in a fresh process (this one has imported the extra's modules already): a
+# finder in front of the others refuses its modules, as an environment that never installed them would (the extra's
+# packages are installed here, so they are hidden, not removed).
 WITHOUT_KUBE_EXTRA = """
 import sys
 from importlib.abc import MetaPathFinder
@@ -93,11 +91,9 @@ def test_without_the_kube_extra_one_paragraph_names_it(args):
     assert "Traceback" not in done.stderr + done.stdout
 
 
-def test_crds_that_cannot_be_found_or_fetched_say_how_to_stage_them(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAYTRAIN_KUBERAY_CRDS"}
-    done = subprocess.run([sys.executable, "-m", "raytrain.cli", "validate", "manifests/rayjob.yaml", "--crds",
-                           str(tmp_path / "none")], capture_output=True, text=True, timeout=120, env=env,
-                          cwd=REPO)
+def test_crds_that_cannot_be_found_or_fetched_say_how_to_stage_them(raytrain, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAYTRAIN_KUBERAY_CRDS", raising=False)
+    done = raytrain("validate", "manifests/rayjob.yaml", "--crds", str(tmp_path / "none"), cwd=REPO)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"--crds {tmp_path / 'none'} does not hold ray.io_rayclusters.yaml" in done.stderr
 

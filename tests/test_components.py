@@ -147,10 +147,9 @@ def test_validate_style_loading_lists_the_users_components_without_importing_the
     assert "not_here" not in sys.modules
 
 
-def test_the_cli_says_it_in_one_paragraph_without_a_traceback(project):
+def test_the_cli_says_it_in_one_paragraph_without_a_traceback(raytrain, project):
     path = job(project, model="{_component_: ct_models.TinyNet, channels: 4, dpeth: 3}")
-    done = subprocess.run([sys.executable, "-m", "raytrain.cli", "local", path, "--working-dir", str(project)],
-                          capture_output=True, text=True, timeout=120)
+    done = raytrain("local", path, "--working-dir", str(project))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"raytrain: error: {path}: unknown key 'model.dpeth'" in done.stderr

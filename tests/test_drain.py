@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -78,10 +77,8 @@ def test_node_draining_is_false_outside_a_ray_worker():
     assert drain.node_draining() is False
 
 
-def test_the_command_exits_0_when_nothing_trains_here():
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-m", "raytrain.cli", "drain", "--wait", "3", "--temp-dir", "/nonexistent/ray"],
-                          capture_output=True, text=True, timeout=60, env=env)
+def test_the_command_exits_0_when_nothing_trains_here(raytrain):
+    done = raytrain("drain", "--wait", "3", "--temp-dir", "/nonexistent/ray")
     assert done.returncode == 0, done.stderr
     assert "nothing to drain" in done.stderr + done.stdout
 

@@ -1,34 +1,37 @@
 """The storage path is checked before Ray starts: each bad one gets one paragraph naming the path, the uid and the
-fix, and exit 2 from the real CLI. Tests run as root here, so the unwritable cases run the CLI as uid 65534."""
+fix, and exit 2 from the real CLI. Tests run as root here, so the unwritable cases run the CLI as uid 65534
+(in a fork of the test process)."""
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from raytrain.storage import StorageError, check_storage
+from tests.support.cli import Done, in_forked_child
 
 NOBODY = 65534
-# The interpreter lives under /root here, out of uid 65534's reach: the CLI's modules are imported as root,
-# then the process becomes uid 65534 and runs `raytrain run` (which imports nothing new before its checks).
-AS_NOBODY = f"""
-import os, sys
-import raytrain.attempt, raytrain.cli, raytrain.config, raytrain.launcher, raytrain.resume, raytrain.storage
-raytrain.cli.build_parser()  # imports what parsing needs
-raytrain.config.load_config("linear")  # and what loading the config needs (its components, pydantic's plugins)
-os.setgroups([]); os.setgid({NOBODY}); os.setuid({NOBODY})
-sys.exit(raytrain.cli.main(sys.argv[1:]))
-"""
 
 
-def raytrain_run_as_nobody(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", AS_NOBODY, "run", "linear", *args], capture_output=True,
-                          text=True, timeout=120, cwd="/")
+def _become_nobody() -> None:
+    os.chdir("/")
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def raytrain_run_as_nobody(*args: str) -> Done:
+    """`raytrain run linear ARGS` as uid 65534: a fork of this process (a new uid needs its own process; a fork
+    needs no second interpreter to import Ray first)."""
+    # What `raytrain run` imports before its storage check is imported before the fork, as root: the interpreter
+    # and the package live under /root here, out of uid 65534's reach.
+    import raytrain.attempt, raytrain.config, raytrain.launcher, raytrain.resume, raytrain.storage  # noqa: F401
+    raytrain.config.load_config("linear")  # and what loading the config needs (its components, pydantic's plugins)
+    return in_forked_child(["run", "linear", *args], before=_become_nobody)
 
 
 @pytest.fixture

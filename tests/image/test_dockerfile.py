@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.tools import require_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "images" / "Dockerfile"
 IMAGE_REPOSITORY = "ghcr.io/raytrain/raytrain"
@@ -224,9 +226,6 @@ IMAGE_SCRIPTS = ("build-image", "image-local-base", "image-tier", "docker-engine
 
 
 def test_image_scripts_pass_shellcheck():
-    shellcheck = shutil.which("shellcheck")
-    if not shellcheck:
-        pytest.skip("shellcheck is not installed (Debian: apt-get install -y shellcheck; .ci/run installs it)")
-    out = subprocess.run([shellcheck, "-x", *(f"scripts/{s}" for s in IMAGE_SCRIPTS)], cwd=ROOT,
+    out = subprocess.run([require_tool("shellcheck"), "-x", *(f"scripts/{s}" for s in IMAGE_SCRIPTS)], cwd=ROOT,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -30,6 +30,7 @@ from raytrain.cluster.dashboard import wait_dashboard
 from raytrain.processes import kill_pids, pids_mentioning, tree_pids
 from raytrain.cluster.raynode import Ports, free_port, ray_start_command
 from raytrain.validator.shape import NodeSpec
+from tests.support.tools import require_tool
 
 pytestmark = pytest.mark.integration
 
@@ -89,9 +90,7 @@ def ray_head(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prometheus(ray_head, tmp_path_factory):
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not installed: run scripts/setup-system (Debian package `prometheus`)")
+    binary = require_tool("prometheus")
     discovery = ray_head["temp_dir"] / "prom_metrics_service_discovery.json"
     wait_for(f"Ray's service-discovery file {discovery}", discovery.is_file, timeout=60)
     work = tmp_path_factory.mktemp("prometheus")

@@ -21,6 +21,9 @@ import yaml
 
 from raytrain.validator.render import render_chart
 from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
+from tests.e2e import kind_artifacts, kind_capacity
+from tests.support.cli import Done
+from tests.support.tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "kind-e2e"
@@ -29,6 +32,17 @@ RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
 PLACEHOLDER_IP = "10.96.0.100"  # stands in for <nfs-server-cluster-ip>, known only on a live cluster
 STEPS = ["Preflight", "Validate offline", "kind cluster", "KubeRay operator v1.7.0", "Image", "Shared storage",
          "Capacity", "Our chart", "RayJob run 1", "RayJob run 2", "Teardown"]
+
+
+def in_process(main, argv: list[str], capsys) -> Done:
+    """A helper's main(argv) in this process, as `python -m tests.e2e.NAME` would run it (without the import time)."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    out, err = capsys.readouterr()
+    return Done(code, out, err)
 
 
 def crd_dir() -> Path:
@@ -40,7 +54,8 @@ def crd_dir() -> Path:
 
 def script(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
     # KIND/HELM point nowhere: whatever this machine has installed, the script can never create a cluster here.
-    full_env = {**os.environ, "KIND": "/nonexistent/kind", "HELM": "/nonexistent/helm", **env}
+    # RAYTRAIN: this interpreter's, wherever its venv is (the script's default is the checkout's .venv).
+    full_env = {**os.environ, "KIND": "/nonexistent/kind", "HELM": "/nonexistent/helm", "RAYTRAIN": RAYTRAIN, **env}
     return subprocess.run([str(SCRIPT), *args], cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -80,10 +95,7 @@ def values_of(words: list[str]) -> tuple[list[Path], dict[str, str]]:
 # --------------------------------------------------------------------------------------------------- the script
 
 def test_shellcheck_passes():
-    shellcheck = shutil.which("shellcheck")
-    if not shellcheck:
-        pytest.skip("shellcheck is not installed (Debian: apt-get install -y shellcheck; .ci/run installs it)")
-    result = subprocess.run([shellcheck, "--external-sources", str(SCRIPT)], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run([require_tool("shellcheck"), "--external-sources", str(SCRIPT)], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -169,7 +181,7 @@ def test_keep_and_hostpath_change_the_plan(tmp_path):
     assert files == [CHART / "values-kind.yaml"] and sets == {}, (files, sets)
 
 
-def test_the_manifests_it_applies_validate(tmp_path):
+def test_the_manifests_it_applies_validate(raytrain, tmp_path):
     applied = []
     for words in commands(plan(tmp_path)):
         if tool(words) == "kubectl" and "apply" in words:
@@ -177,9 +189,9 @@ def test_the_manifests_it_applies_validate(tmp_path):
             if not path.startswith(str(tmp_path)):  # the KubeRay CRDs come from the downloaded chart
                 applied.append(path)
     assert applied == ["manifests/kind/nfs-server.yaml", "manifests/rayjob.yaml", "manifests/rayjob.yaml"], applied
-    result = subprocess.run([RAYTRAIN, "validate", "manifests/kind-config.yaml", *sorted(set(applied)),
-                             "--values", str(CHART / "values-kind.yaml"), "--crds", str(crd_dir())], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = raytrain("validate", "manifests/kind-config.yaml", *sorted(set(applied)), "--values", str(CHART / "values-kind.yaml"),
+                      "--crds", str(crd_dir()), cwd=REPO)
+    assert result.returncode == 0, result.output
 
 
 def test_the_kind_config_is_what_the_script_and_the_values_expect(tmp_path):
@@ -193,7 +205,7 @@ def test_the_kind_config_is_what_the_script_and_the_values_expect(tmp_path):
     # raytrain validate accepts it: test_the_manifests_it_applies_validate runs it with the manifests.
 
 
-def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(tmp_path):
+def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(raytrain, tmp_path):
     """`helm upgrade --install` exactly as planned, rendered offline by the Helm library (what helm template and
     --dry-run=client do), then checked with raytrain validate together with the RayJob that runs on it."""
     files, sets = values_of(chart_install(plan(tmp_path)))
@@ -211,9 +223,8 @@ def test_the_chart_as_installed_on_nfs_renders_validates_and_fits_the_rayjob(tmp
     together.mkdir()
     (together / "chart.yaml").write_text(yaml.safe_dump_all(objects))
     shutil.copy(REPO / "manifests" / "rayjob.yaml", together / "rayjob.yaml")
-    result = subprocess.run([RAYTRAIN, "validate", str(together), "--crds", str(crd_dir())], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = raytrain("validate", str(together), "--crds", str(crd_dir()), cwd=REPO)
+    assert result.returncode == 0, result.output
 
 
 def test_dry_run_validates_for_real_and_touches_no_cluster(tmp_path):
@@ -249,16 +260,16 @@ def status(deployment: str, job: str) -> dict:
     ("still running", status("Running", "RUNNING"), "RayJob did not succeed"),
     ("succeeded but no run files", status("Complete", "SUCCEEDED"), "no run directory"),
 ])
-def test_artifact_checks_fail_with_the_reason(tmp_path, case, rayjob, expected):
+def test_artifact_checks_fail_with_the_reason(capsys, tmp_path, case, rayjob, expected):
     if rayjob is not None:
         (tmp_path / "rayjob.yaml").write_text(yaml.safe_dump(rayjob))
-    result = subprocess.run([sys.executable, "-m", "tests.e2e.kind_artifacts", str(tmp_path), "--epochs", "60"],
-                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = in_process(kind_artifacts.main, [str(tmp_path), "--epochs", "60"], capsys)
     assert result.returncode == 1, (case, result.stdout, result.stderr)
     assert expected in result.stderr, (case, result.stderr)
 
 
 def test_killed_pod_needs_what_the_resume_check_uses(tmp_path):
+    # `python -m`, as the script runs it (the other checks call its main() in this process)
     result = subprocess.run([sys.executable, "-m", "tests.e2e.kind_artifacts", str(tmp_path), "--epochs", "60",
                              "--killed-pod", "w-1", "--interval", "5"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 2 and "--killed-pod needs --epoch-before, --newest-checkpoint-before" in result.stderr
@@ -305,19 +316,18 @@ KIND_SYSTEM_PODS = {"items": [node_pod("kube-apiserver", "250m", "0"), node_pod(
                               node_pod("done", "8", "64Gi", phase="Succeeded")]}
 
 
-def capacity(tmp_path: Path, node: dict, pods: dict = KIND_SYSTEM_PODS) -> subprocess.CompletedProcess:
+def capacity(tmp_path: Path, capsys, node: dict, pods: dict = KIND_SYSTEM_PODS) -> Done:
     files, sets = values_of(chart_install(plan(tmp_path)))
     sets["sharedStorage.nfs.server"] = PLACEHOLDER_IP
     (tmp_path / "chart.yaml").write_text(yaml.safe_dump_all(render_chart(CHART, files, sets, release_name="raytrain")))
     (tmp_path / "node.json").write_text(json.dumps(node))
     (tmp_path / "pods.json").write_text(json.dumps(pods))
-    return subprocess.run([sys.executable, "-m", "tests.e2e.kind_capacity", "--node", str(tmp_path / "node.json"),
-                           "--pods", str(tmp_path / "pods.json"), str(tmp_path / "chart.yaml"), "manifests/rayjob.yaml"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    return in_process(kind_capacity.main, ["--node", str(tmp_path / "node.json"), "--pods", str(tmp_path / "pods.json"),
+                                           str(tmp_path / "chart.yaml"), str(REPO / "manifests" / "rayjob.yaml")], capsys)
 
 
-def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(tmp_path):
-    result = capacity(tmp_path, kind_node("4", "8025424Ki"))
+def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(capsys, tmp_path):
+    result = capacity(tmp_path, capsys, kind_node("4", "8025424Ki"))
     assert result.returncode == 1, result.stdout + result.stderr
     # head + 2 workers (1 CPU, 2Gi each) and the submitter (500m, 512Mi) on top of 1.15 CPU already requested.
     assert "pods on it request 1.15 CPU" in result.stderr and "to apply 3.5 CPU, 6.5Gi" in result.stderr
@@ -326,8 +336,8 @@ def test_capacity_says_what_a_4_cpu_docker_vm_is_short_of(tmp_path):
     assert "Docker Desktop: Settings > Resources" in result.stderr
 
 
-def test_capacity_passes_where_the_node_has_room_and_names_memory_when_it_is_short(tmp_path):
-    roomy = capacity(tmp_path, kind_node("8", "16Gi"))
+def test_capacity_passes_where_the_node_has_room_and_names_memory_when_it_is_short(capsys, tmp_path):
+    roomy = capacity(tmp_path, capsys, kind_node("8", "16Gi"))
     assert roomy.returncode == 0 and "to apply 3.5 CPU, 6.5Gi" in roomy.stdout, roomy.stdout + roomy.stderr
-    tight = capacity(tmp_path, kind_node("8", "6Gi"))
+    tight = capacity(tmp_path, capsys, kind_node("8", "6Gi"))
     assert tight.returncode == 1 and "short by 1.4Gi of memory" in tight.stderr, tight.stderr

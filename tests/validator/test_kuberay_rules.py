@@ -12,8 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -613,22 +611,20 @@ def test_bad_feature_gates_are_refused(flag, words):
         FeatureGates.parse(flag)
 
 
-def test_cli_names_the_flag_of_a_bad_gate(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "raytrain.cli", "validate", "--feature-gates", "Nope=true",
-                             str(tmp_path)], capture_output=True, text=True, timeout=120)
+def test_cli_names_the_flag_of_a_bad_gate(raytrain, tmp_path):
+    result = raytrain("validate", "--feature-gates", "Nope=true", str(tmp_path))
     assert result.returncode == 2, result.stderr
     assert "argument --feature-gates: unrecognized feature gate: Nope" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_cli_passes_the_gates_to_the_rules(crd_dir, tmp_path):
+def test_cli_passes_the_gates_to_the_rules(raytrain, crd_dir, tmp_path):
     path = tmp_path / "rc.yaml"
     path.write_text(yaml.safe_dump(patched(CLUSTER, {"spec.networkPolicy": {}})))
-    base = [sys.executable, "-m", "raytrain.cli", "validate", "--crds", str(crd_dir), str(path)]
-    off = subprocess.run(base, capture_output=True, text=True, timeout=120)
+    base = ["validate", "--crds", str(crd_dir), str(path)]
+    off = raytrain(*base)
     assert off.returncode == 1 and "RayClusterNetworkPolicy" in off.stderr, off.stderr
-    on = subprocess.run(base + ["--feature-gates", "RayClusterNetworkPolicy=true"], capture_output=True, text=True,
-                        timeout=120)
+    on = raytrain(*base, "--feature-gates", "RayClusterNetworkPolicy=true")
     assert on.returncode == 0, on.stderr
 
 

@@ -124,8 +124,9 @@ def watchdog(driver_pid: int, interval_s: float = 1.0) -> None:
 
 class Attempt:
     def __init__(self, cfg: RunConfig, *, wait_for_lease: bool = False, lease_ttl_s: float = leases.DEFAULT_TTL_S,
-                 stop_grace_s: float = STOP_GRACE_S, out: TextIO = sys.stdout, handle_signals: bool = True):
-        self.cfg, self.out = cfg, out
+                 stop_grace_s: float = STOP_GRACE_S, out: Optional[TextIO] = None, handle_signals: bool = True):
+        self.cfg = cfg
+        self.out = out if out is not None else sys.stdout  # now, not when this module was imported
         self.stop_grace_s = stop_grace_s
         self.wait_for_lease, self.lease_ttl_s = wait_for_lease, lease_ttl_s
         self.handle_signals = handle_signals and threading.current_thread() is threading.main_thread()
@@ -287,7 +288,7 @@ class Attempt:
 
 def run_attempt(cfg: RunConfig, trainer: Trainer, report: Callable[[Outcome], int], *,
                 wait_for_lease: bool = False, lease_ttl_s: float = leases.DEFAULT_TTL_S,
-                stop_grace_s: float = STOP_GRACE_S, out: TextIO = sys.stdout) -> int:
+                stop_grace_s: float = STOP_GRACE_S, out: Optional[TextIO] = None) -> int:
     """Run one attempt and return its exit code: report's for an outcome, 128 + the signal when stopped by one."""
     attempt = Attempt(cfg, wait_for_lease=wait_for_lease, lease_ttl_s=lease_ttl_s, stop_grace_s=stop_grace_s,
                       out=out)

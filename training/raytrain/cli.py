@@ -9,6 +9,7 @@ Environment it reads:
                           downloaded there once (validator/crds.py)
   RAYTRAIN_LEASE_TTL_S    run, local: seconds after its last renewal that a run's lease is taken over (default 30)
   RAYTRAIN_STOP_GRACE_S   run: seconds a stopping driver waits for its workers' last checkpoint (default 20)
+  RAY_TMPDIR              drain, when --temp-dir is not given: the `ray start --temp-dir` of the node to drain
 
 Each command imports what it uses, when it runs: validate, render, emulate, presets and --help never import torch.
 """
@@ -140,7 +141,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # as for `run`: a SIGTERM ends it cleanly
     cfg = _load(args)
     search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
-    summary = tune_run(cfg, search, address=_address(args), in_submitted_job=_in_submitted_job())
+    summary = tune_run(cfg, search, address=_address(args), out=sys.stdout, in_submitted_job=_in_submitted_job())
     for trial in summary["trials"]:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         score = trial["metrics"].get(search.metric)
@@ -278,7 +279,9 @@ def cmd_drain(args: argparse.Namespace) -> int:
         if log is not None:
             console.info("drain", f"preStop: {line}", out=log)
 
-    outcome = drain(args.wait, temp_dir=args.temp_dir, say=say)
+    # --temp-dir, else the node's own $RAY_TMPDIR (a preStop hook runs with the container's environment)
+    temp_dir = args.temp_dir or os.environ.get("RAY_TMPDIR") or None
+    outcome = drain(args.wait, temp_dir=temp_dir, say=say)
     return EXIT_OK if outcome["ended"] else EXIT_FAILED
 
 

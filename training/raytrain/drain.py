@@ -88,10 +88,9 @@ def _is_local_address(ip: str) -> bool:
 
 def this_raylet(temp_dir: str | None = None, table: dict | None = None) -> LocalRaylet | None:
     """The raylet of the node this process runs on, or None when no Ray node runs here. Where several are visible
-    (nodes sharing one machine), the one whose address belongs to this network namespace. temp_dir (else
-    $RAY_TMPDIR, as Ray reads it) keeps only the node started with that `--temp-dir`."""
+    (nodes sharing one machine), the one whose address belongs to this network namespace. temp_dir (`raytrain
+    drain --temp-dir`, else $RAY_TMPDIR as Ray reads it: cli.py) keeps only the node started with that `--temp-dir`."""
     raylets = local_raylets(table if table is not None else proc_table())
-    temp_dir = temp_dir or os.environ.get("RAY_TMPDIR")
     if temp_dir:  # said explicitly: never another node's raylet, even the only one in sight
         raylets = [r for r in raylets if os.path.realpath(r.temp_dir) == os.path.realpath(temp_dir)]
     if len(raylets) > 1:

@@ -205,12 +205,13 @@ def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
 class RayTrainer:
     """Trains a run with Ray Train (see the module's doc)."""
 
-    def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: TextIO = sys.stdout,
+    def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: Optional[TextIO] = None,
                  in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
                  per_worker: Optional[dict] = None):
         """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
         trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None)."""
-        self.cfg, self.address, self.out = cfg, address, out
+        self.cfg, self.address = cfg, address
+        self.out = out if out is not None else sys.stdout  # now, not when this module was imported
         self.in_submitted_job, self.callbacks = in_submitted_job, callbacks
         self.owns_ray, self.per_worker = owns_ray, per_worker
         self.embedded_ray = owns_ray and not address

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from typing import Optional, TextIO
 
 from raytrain import components, console, runs
 from raytrain import lease as leases
@@ -25,8 +25,9 @@ class LocalTrainer:
 
     embedded_ray = False
 
-    def __init__(self, cfg: RunConfig, out: TextIO = sys.stdout):
-        self.cfg, self.out = cfg, out
+    def __init__(self, cfg: RunConfig, out: Optional[TextIO] = None):
+        self.cfg = cfg
+        self.out = out if out is not None else sys.stdout  # now, not when this module was imported
 
     def train(self, records: runs.Records) -> None:
         from raytrain.loop import format_row
@@ -74,7 +75,7 @@ def _user_failure(err: BaseException) -> str:
             f"command again to resume.")
 
 
-def train_local(cfg: RunConfig, out: TextIO = sys.stdout, *, wait_for_lease: bool = False,
+def train_local(cfg: RunConfig, out: Optional[TextIO] = None, *, wait_for_lease: bool = False,
                 lease_ttl_s: float = leases.DEFAULT_TTL_S, stop_grace_s: float = STOP_GRACE_S) -> Outcome:
     """Train in this process, as one attempt of the run (see the module's doc)."""
     return Attempt(cfg, wait_for_lease=wait_for_lease, lease_ttl_s=lease_ttl_s, stop_grace_s=stop_grace_s,
