@@ -4,12 +4,15 @@ DRAINING (asked about that node alone) once it is drained, and never the head.""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
 
+from raytrain.cluster.raynode import free_port
 from raytrain.processes import kill_pids, pids_mentioning
 
 pytestmark = pytest.mark.integration
@@ -39,20 +42,27 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def test_the_gcs_says_draining_for_the_drained_node_only(tmp_path):
+def _start(command: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+
+def test_the_gcs_says_draining_for_the_drained_node_only():
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    port = "6391"
-    temp = str(tmp_path / "ray")
+    port = str(free_port("127.0.0.1"))  # never a fixed port: another cluster on the machine may hold it
+    # A short temp dir: Ray's socket paths under it must stay within AF_UNIX's 107 bytes, which pytest's
+    # tmp_path (pytest-of-<user>/pytest-<n>/<test name>) can exceed.
+    temp = tempfile.mkdtemp(prefix="rt-drain-", dir="/tmp")
     try:
-        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={temp}",
-                        "--node-ip-address=127.0.0.1", "--include-dashboard=false"], check=True, env=env,
-                       capture_output=True, timeout=120)
-        subprocess.run([ray, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--node-ip-address=127.0.0.2",
-                        f"--temp-dir={temp}"], check=True, env=env, capture_output=True, timeout=120)
+        _start([ray, "start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={temp}",
+                "--node-ip-address=127.0.0.1", "--include-dashboard=false"], env)
+        _start([ray, "start", f"--address=127.0.0.1:{port}", "--num-cpus=1", "--node-ip-address=127.0.0.2",
+                f"--temp-dir={temp}"], env)
         probe = subprocess.run([sys.executable, "-c", PROBE, f"127.0.0.1:{port}"], capture_output=True, text=True,
                                env=env, timeout=180)
         lines = [line for line in probe.stdout.splitlines() if line.startswith(("before", "after"))]
         assert lines == ["before False", "after True False"], probe.stdout + probe.stderr
     finally:  # only this test's Ray processes (they all name its temp dir): never another cluster on the machine
         kill_pids(pids_mentioning(temp), grace=3.0)
+        shutil.rmtree(temp, ignore_errors=True)

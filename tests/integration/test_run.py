@@ -77,11 +77,23 @@ def test_digits_on_ray_data_reaches_ninety_percent(tmp_path):
 
 
 def test_a_run_that_fails_every_retry_exits_with_one_paragraph(tmp_path):
-    # A model that does not fit its data passes validation but fails in every worker: a training failure.
-    done = run("run", "linear", "--storage", str(tmp_path), "--set", "model.in_features=2",
-               "--set", "run.max_failures=0")
-    assert done.returncode == 1
+    # A model that fails on real values only (preflight's meta-device batch cannot ask for one, so it passes
+    # validation) fails in every worker: a training failure, not a config error.
+    (tmp_path / "failing_model.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class FailsOnRealData(nn.Module):\n"
+        "    def __init__(self, in_features: int, hidden: int, out_features: int):\n"
+        "        super().__init__()\n"
+        "        self.linear = nn.Linear(in_features, out_features)\n\n"
+        "    def forward(self, x):\n"
+        "        if x.abs().max().item() >= 0:\n"
+        "            raise RuntimeError('this model fails on every real batch')\n"
+        "        return self.linear(x)\n")
+    done = subprocess.run([*RAYTRAIN, "run", "linear", "--storage", str(tmp_path / "runs"),
+                           "--set", "model._component_=failing_model.FailsOnRealData", "--set", "run.max_failures=0"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
     assert "training failed after 0 allowed worker-group restarts" in done.stderr
-    assert "shapes cannot be multiplied" in done.stderr and "No checkpoint was written" in done.stderr
+    assert "this model fails on every real batch" in done.stderr and "No checkpoint was written" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
-    assert result_of(tmp_path / "linear")["status"] == "failed"
+    assert result_of(tmp_path / "runs" / "linear")["status"] == "failed"

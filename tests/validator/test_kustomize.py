@@ -164,7 +164,7 @@ RAY_TRAIN_SCRIPT = REPO / "examples" / "ray-train-script"
 
 @needs_kubectl
 def test_a_rayjob_running_a_ray_train_function_is_checked_as_far_as_it_can_be_without_its_code(crd_dir, tmp_path):
-    found = validate_paths([RAY_TRAIN_SCRIPT], crd_dir)
+    found = validate_paths([RAY_TRAIN_SCRIPT], crd_dir, values=CHOSEN)
     assert not [p for p in found if p.is_error], [p.message for p in found]
     [note] = [p for p in found if "a Ray Train function whose train_loop_config is its own" in p.message]
     assert "raytrain local" not in note.message
@@ -173,5 +173,5 @@ def test_a_rayjob_running_a_ray_train_function_is_checked_as_far_as_it_can_be_wi
     job = yaml.safe_load((broken / "job.yaml").read_text())
     job["loop"]["train_loop_config"] = [1, 2]
     (broken / "job.yaml").write_text(yaml.safe_dump(job))
-    errors = [p.message for p in validate_paths([broken], crd_dir) if p.is_error]
+    errors = [p.message for p in validate_paths([broken], crd_dir, values=CHOSEN) if p.is_error]
     assert len(errors) == 1 and "loop.train_loop_config: must be a mapping" in errors[0], errors
