@@ -39,10 +39,14 @@ def crd_dir() -> Path:
 
 @pytest.fixture(autouse=True)
 def _cli_state_restored():
-    """main() configures the console (format, run name, a copy file) and puts the working directory on sys.path for
-    the process: each test starts from the defaults, whatever the one before ran."""
+    """main() configures the console (format, run name, a copy file), puts the working directory on sys.path and sets
+    Ray's variables for the process: each test starts from the defaults, whatever the one before ran."""
     settings, path, current = dict(console._settings), list(sys.path), workdir._current
+    environ = dict(os.environ)  # ray.init() sets RAY_ADDRESS in this process; a later test's Ray must not inherit it
     yield
+    if dict(os.environ) != environ:
+        os.environ.clear()
+        os.environ.update(environ)
     console.stop_copy()
     console._settings.clear()
     console._settings.update(settings, copy=None)

@@ -225,26 +225,8 @@ def test_rays_regression_example_unchanged_with_its_datasets_from_a_local_csv(tm
     assert set(json.loads((found[0] / "meta.json").read_text())["files"]) == {"model.pt"}
 
 
-def test_rays_quick_start_unchanged_reads_fashion_mnist_where_it_looks(tmp_path):
-    """torch_quick_start reads /tmp/data (download=True downloads only what is not there) and reports nothing:
-    it runs to its end, with no rows and no checkpoints (a stop would wait for a report that never comes)."""
-    data = Path("/tmp/data")
-    if not (data / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").exists():
-        write_fashion_mnist(data)
-    project = job(tmp_path, f"""
-        loop: {{_component_: {EXAMPLES}.torch_quick_start:train_func_distributed}}
-        scaling: {{num_workers: 2}}
-        run: {{storage_path: {tmp_path / 'runs'}, name: quick}}
-    """)
-    run(project)
-    run_dir = tmp_path / "runs" / "quick"
-    assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
-    assert runs.read_metrics(run_dir) == [] and checkpoints.committed(run_dir) == []
-
-
 def test_rays_fashion_mnist_example_unchanged_with_home_pointed_at_local_data(tmp_path):
     """It reads ~/data (HOME: the knob it has) and reports loss and accuracy each epoch, no checkpoint."""
-    pytest.importorskip("tqdm", reason="torch_fashion_mnist_example imports tqdm, which this environment lacks")
     home = tmp_path / "home"
     write_fashion_mnist(home / "data")
     project = job(tmp_path, f"""

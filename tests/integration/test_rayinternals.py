@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from raytrain.cluster.raynode import free_port
+from raytrain.cluster.raynode import bare_environ, free_port
 from raytrain.processes import kill_pids, pids_mentioning
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,8 @@ PROBE = textwrap.dedent("""
     from raytrain import rayinternals
     from ray._private import worker as w
     ray.init(address=sys.argv[1])
-    head = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == "127.0.0.1"][0]
+    # The head by Ray's own marker: Ray may register it under the host's address, whatever --node-ip-address said
+    head = [n["NodeID"] for n in ray.nodes() if n["Alive"] and "node:__internal_head__" in n["Resources"]][0]
     node = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head][0]
 
     @ray.remote(num_cpus=1)
@@ -49,7 +50,8 @@ def _start(command: list[str], env: dict[str, str]) -> None:
 
 def test_the_gcs_says_draining_for_the_drained_node_only():
     ray = os.path.join(os.path.dirname(sys.executable), "ray")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Without RAY_ADDRESS: ray.init() and `ray start` would follow it to another cluster, not the one given.
+    env = {**bare_environ(os.environ), "RAY_USAGE_STATS_ENABLED": "0"}
     port = str(free_port("127.0.0.1"))  # never a fixed port: another cluster on the machine may hold it
     # A short temp dir: Ray's socket paths under it must stay within AF_UNIX's 107 bytes, which pytest's
     # tmp_path (pytest-of-<user>/pytest-<n>/<test name>) can exceed.

@@ -93,7 +93,7 @@ def test_a_run_that_fails_every_retry_exits_with_one_paragraph(tmp_path):
                            "--set", "model._component_=failing_model.FailsOnRealData", "--set", "run.max_failures=0"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
-    assert "training failed after 0 allowed worker-group restarts" in done.stderr
+    assert "training failed after 0 worker-group restart(s) (0 allowed)" in done.stderr
     assert "this model fails on every real batch" in done.stderr and "No checkpoint was written" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     assert result_of(tmp_path / "runs" / "linear")["status"] == "failed"

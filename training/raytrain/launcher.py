@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import console, preflight, runs, scaleup
+from raytrain import checkpoints, console, preflight, runs, scaleup
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
@@ -197,9 +197,10 @@ def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
     else:
         what = (f"training failed after {max(len(starts) - 1, 0)} worker-group restart(s) "
                 f"({cfg.run.max_failures} allowed)")
-    return (f"{what}: {root_cause(err)}. Checkpoints written so far are kept in {run_dir}; fix the cause and run the "
-            f"same command again to resume. Full worker logs: Ray's session logs (logs/worker-*.err) or the "
-            f"dashboard.")
+    kept = (f"Checkpoints written so far are kept in {run_dir}; fix the cause and run the same command again to resume"
+            if checkpoints.committed(run_dir) else
+            f"No checkpoint was written ({run_dir}); fix the cause and run the same command again")
+    return f"{what}: {root_cause(err)}. {kept}. Full worker logs: Ray's session logs (logs/worker-*.err) or the dashboard."
 
 
 class RayTrainer:
