@@ -65,6 +65,14 @@ def run_bench(s: BenchSettings, out: TextIO = sys.stdout, err: TextIO = sys.stde
             from bench.throughput import bench_throughput
 
             results.attempt("p1_p2", lambda: results.emit(bench_throughput(s, work, results.log)))
+        if "p1core" in s.parts:
+            from bench.core import bench_core
+
+            results.attempt("p1core", lambda: results.emit(bench_core(s, work, results.log)))
+        if "ckptread" in s.parts:
+            from bench.ckptread import bench_ckptread
+
+            results.attempt("ckptread", lambda: results.emit(bench_ckptread(s, work, results.log)))
         if any(p in s.parts for p in CLUSTER_PARTS):
             results.attempt("cluster", lambda: run_cluster_parts(s, work, results))
         if "gpu" in s.parts:
