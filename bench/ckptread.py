@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -33,7 +33,9 @@ from bench.harness import TARGETS, BenchSettings, figure, skipped
 from bench.workload import own_ray_env
 
 READ_CALLS = ("read", "pread64", "readv", "preadv", "preadv2")
-TRACED = ",".join((*READ_CALLS, "mmap", "execve"))
+SPAWN_CALLS = ("clone", "clone3", "fork", "vfork")
+# execve and the spawning calls name the process behind each thread id (strace -f shows thread ids).
+TRACED = ",".join((*READ_CALLS, "mmap", "execve", *SPAWN_CALLS))
 SIDES = {"run": "raytrain run, 2 workers (embedded Ray)", "local": "raytrain local (one process)"}
 MODEL = {"hidden": 512, "layers": 2}
 
@@ -58,11 +60,31 @@ class Access:
     bytes: int  # returned by a read; 0 for an mmap
 
 
-def parse_strace(lines: Iterable[str]) -> tuple[list[Access], dict[int, str]]:
-    """The reads (that returned bytes) and mmaps on descriptors with a path, and each process's command (its
-    execve's argv, as strace shows it) from `strace -f -ttt -y` lines."""
+@dataclass
+class Processes:
+    """Who is behind a thread id: its process (thread group leader) and that process's command (its execve's argv as
+    strace shows it, or that of the process it was forked from)."""
+
+    commands: dict[int, str] = field(default_factory=dict)  # pid -> argv of its execve
+    leader: dict[int, int] = field(default_factory=dict)  # thread id -> its process's pid
+    forked_from: dict[int, int] = field(default_factory=dict)  # pid -> parent's pid (no execve of its own yet)
+
+    def process_of(self, tid: int) -> int:
+        return self.leader.get(tid, tid)
+
+    def command_of(self, pid: int) -> str:
+        seen = set()
+        while pid not in self.commands and pid in self.forked_from and pid not in seen:
+            seen.add(pid)
+            pid = self.forked_from[pid]
+        return self.commands.get(pid, "(no execve traced)")
+
+
+def parse_strace(lines: Iterable[str]) -> tuple[list[Access], Processes]:
+    """The reads (that returned bytes) and mmaps on descriptors with a path, and the processes behind the thread ids
+    (execve, clone) from `strace -f -ttt -y` lines."""
     accesses: list[Access] = []
-    commands: dict[int, str] = {}
+    procs = Processes()
     pending: dict[int, tuple[str, str]] = {}  # pid -> (call, its start as shown) of an unfinished call
     for line in lines:
         m = _LINE.match(line.rstrip("\n"))
@@ -87,7 +109,14 @@ def parse_strace(lines: Iterable[str]) -> tuple[list[Access], dict[int, str]]:
         if call == "execve":
             argv = _ARGV.match(text)
             if argv is not None and result["ret"] == "0":
-                commands[pid] = argv["argv"]
+                procs.commands[pid] = argv["argv"]
+            continue
+        if call in SPAWN_CALLS:
+            if result["ret"].isdigit():
+                if "CLONE_THREAD" in text:
+                    procs.leader[int(result["ret"])] = procs.process_of(pid)
+                else:
+                    procs.forked_from[int(result["ret"])] = procs.process_of(pid)
             continue
         fd = (_FIRST_FD if call in READ_CALLS else _ANY_FD).search(text)
         if fd is None:
@@ -97,13 +126,13 @@ def parse_strace(lines: Iterable[str]) -> tuple[list[Access], dict[int, str]]:
             accesses.append(Access(pid, at, call, path, int(result["ret"])))
         elif call == "mmap" and result["ret"].startswith("0x"):
             accesses.append(Access(pid, at, call, path, 0))
-    return accesses, commands
+    return accesses, procs
 
 
-def tally(accesses: Iterable[Access], path: Path | str, commands: Optional[dict[int, str]] = None,
+def tally(accesses: Iterable[Access], path: Path | str, procs: Optional[Processes] = None,
           before: Optional[float] = None) -> dict:
-    """Bytes read from `path` (and reads, mmaps), in all and by process, optionally only calls that returned
-    before `before` (epoch seconds)."""
+    """Bytes read from `path` (and reads, mmaps), in all and by process (its threads together), optionally only
+    calls that returned before `before` (epoch seconds)."""
     path = str(path)
     total = reads = mmaps = 0
     by_pid: dict[int, int] = defaultdict(int)
@@ -115,10 +144,10 @@ def tally(accesses: Iterable[Access], path: Path | str, commands: Optional[dict[
             continue
         total += a.bytes
         reads += 1
-        by_pid[a.pid] += a.bytes
-    commands = commands or {}
+        by_pid[procs.process_of(a.pid) if procs else a.pid] += a.bytes
+    procs = procs or Processes()
     return {"bytes": total, "reads": reads, "mmaps": mmaps,
-            "by_process": [{"pid": pid, "bytes": n, "command": commands.get(pid, "(no execve traced)")[:160]}
+            "by_process": [{"pid": pid, "bytes": n, "command": procs.command_of(pid)[:160]}
                            for pid, n in sorted(by_pid.items())]}
 
 
@@ -169,7 +198,7 @@ def traced(command: list[str], cwd: Path, trace: Path) -> subprocess.CompletedPr
     return proc
 
 
-def read_trace(trace: Path) -> tuple[list[Access], dict[int, str]]:
+def read_trace(trace: Path) -> tuple[list[Access], Processes]:
     with open(trace, errors="replace") as lines:
         return parse_strace(lines)
 
@@ -196,16 +225,16 @@ def measure_side(side: str, work: Path, log: Callable[[str], None]) -> dict:
         step = first_step_time(run_dir, resumed_at, 5, lambda: False)  # the run has ended: read once
         if step is None:
             raise RuntimeError(f"{side}: the resumed run wrote no first-step line to {probe_file(run_dir)}")
-        a, a_commands = read_trace(trace_a)
-        b, b_commands = read_trace(trace_b)
+        a, a_procs = read_trace(trace_a)
+        b, b_procs = read_trace(trace_b)
     finally:
         for path in (trace_a, trace_b):
             path.unlink(missing_ok=True)
         shutil.rmtree(wd, ignore_errors=True)
     measured = {"checkpoint": newest[0].name, "state_bytes": state.stat().st_size,
-                "after_commit": tally(a, state, a_commands), "staging_before_commit": tally(a, staging, a_commands),
-                "resume_to_first_step": tally(b, state, b_commands, before=step),
-                "resume_whole_run": tally(b, state, b_commands),
+                "after_commit": tally(a, state, a_procs), "staging_before_commit": tally(a, staging, a_procs),
+                "resume_to_first_step": tally(b, state, b_procs, before=step),
+                "resume_whole_run": tally(b, state, b_procs),
                 "workload": f"linear preset, model.hidden={MODEL['hidden']} model.layers={MODEL['layers']}, "
                             f"2 epochs then a resume for 1 more (2 steps)"}
     log(f"ckptread {side}: state.pt {measured['state_bytes']} bytes; read {measured['after_commit']['bytes']} after "

@@ -19,8 +19,9 @@ CLUSTER_PARTS = ("p3", "scaling", "p4")  # in the order they run on the one loca
 def build_parser() -> argparse.ArgumentParser:
     d = BenchSettings()
     parser = argparse.ArgumentParser(
-        prog="scripts/bench", description="measure raytrain against raw PyTorch: throughput, ingest, time to first "
-                                          "step, recovery, scaling, GPU (JSON lines, results.json, bench.png)")
+        prog="scripts/bench", description="measure raytrain against raw PyTorch: throughput, the product's own loop, "
+                                          "checkpoint reads, ingest, time to first step, recovery, scaling, GPU "
+                                          "(JSON lines, results.json, bench.png)")
     parser.add_argument("parts", nargs="*", metavar="PART",
                         help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
     parser.add_argument("--rounds", type=int, default=d.rounds, help="interleaved rounds per figure (>= 1)")

@@ -14,6 +14,9 @@ STATE = "/runs/r/checkpoint_epoch000002_ab12cd34/state.pt"
 
 TRACE = f"""\
 100 1700000000.000001 execve("/usr/bin/python3", ["python3", "-m", "raytrain.cli", "run"], 0x7ffd /* 40 vars */) = 0
+100 1700000000.000002 clone3({{flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM, stack=0x7f00, stack_size=0x7fff00}}, 88) = 101
+100 1700000000.000003 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f00) = 300
+101 1700000000.050000 read(7<{STATE}>, ""..., 10) = 10
 100 1700000000.100000 read(7<{STATE}>, "PK\\3\\4"..., 1048577) = 1048576
 100 1700000000.200000 read(7<{STATE}>, "", 1) = 0
 200 1700000000.300000 pread64(9<{STATE}>,  <unfinished ...>
@@ -29,20 +32,22 @@ TRACE = f"""\
 
 
 def test_reads_of_a_path_are_summed_across_unfinished_calls_and_errors():
-    accesses, commands = ckptread.parse_strace(TRACE.splitlines())
-    got = ckptread.tally(accesses, STATE, commands)
-    # 1 MiB by the driver, 512 KiB resumed after another process's line, 100 + 10 by pid 300 (the data string's
-    # ") = 99" is not the result; a deleted file is still that file); the EAGAIN, the EOF and the socket don't count.
-    assert got["bytes"] == 1048576 + 524288 + 110
-    assert got["reads"] == 4 and got["mmaps"] == 1
-    assert [(p["pid"], p["bytes"]) for p in got["by_process"]] == [(100, 1048576), (200, 524288), (300, 110)]
+    accesses, procs = ckptread.parse_strace(TRACE.splitlines())
+    got = ckptread.tally(accesses, STATE, procs)
+    # 1 MiB + 10 by the driver (10 by its thread 101), 512 KiB resumed after another process's line, 100 + 10 by its
+    # fork 300 (the data string's ") = 99" is not the result; a deleted file is still that file); the EAGAIN, the
+    # EOF and the socket don't count.
+    assert got["bytes"] == 1048576 + 10 + 524288 + 110
+    assert got["reads"] == 5 and got["mmaps"] == 1
+    assert [(p["pid"], p["bytes"]) for p in got["by_process"]] == [(100, 1048586), (200, 524288), (300, 110)]
     assert got["by_process"][0]["command"].startswith('"python3", "-m", "raytrain.cli"')
     assert got["by_process"][1]["command"] == "(no execve traced)"
+    assert got["by_process"][2]["command"] == got["by_process"][0]["command"]  # forked, no execve of its own
 
 
 def test_a_time_limit_keeps_only_the_calls_that_returned_before_it():
     accesses, _ = ckptread.parse_strace(TRACE.splitlines())
-    assert ckptread.tally(accesses, STATE, before=1700000000.35)["bytes"] == 1048576  # the pread64 returned later
+    assert ckptread.tally(accesses, STATE, before=1700000000.35)["bytes"] == 1048586  # the pread64 returned later
     assert ckptread.tally(accesses, "/elsewhere/state.pt")["bytes"] == 0
 
 
@@ -74,6 +79,8 @@ def test_a_real_trace_of_a_process_that_reads_a_file_twice(tmp_path):
            f"t.start(); p.read_bytes(); t.join()"
     subprocess.run(["strace", "-f", "-qq", "-ttt", "-y", "-s", "40", "-e", f"trace={ckptread.TRACED}", "-o",
                     str(trace), "--", sys.executable, "-c", code], check=True)
-    accesses, commands = ckptread.read_trace(trace)
-    got = ckptread.tally(accesses, data.resolve(), commands)
-    assert got["bytes"] == 600_000 and len(got["by_process"]) == 2  # a thread is a pid of its own to strace
+    accesses, procs = ckptread.read_trace(trace)
+    got = ckptread.tally(accesses, data.resolve(), procs)
+    assert got["bytes"] == 600_000 and got["reads"] == 2  # the empty read at the end returns no bytes
+    assert len({a.pid for a in accesses if a.path == str(data.resolve())}) == 2  # a thread has an id of its own,
+    assert [p["bytes"] for p in got["by_process"]] == [600_000]  # and is counted with its process
