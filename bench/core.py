@@ -163,10 +163,16 @@ def core_figures(key: str, w: Workload, threads: int, rt: list[dict], plain: lis
               "samples_per_epoch": {"raytrain": _first(rt, "samples_per_epoch"),
                                     "plain": _first(plain, "samples_per_epoch")},
               "plain_data_workers": w.data_workers, "note": w.note}
-    return [figure(f"p1core_{key}_raytrain_samples_per_s", "samples/s", rt_sps, **common),
-            figure(f"p1core_{key}_plain_samples_per_s", "samples/s", plain_sps, **common),
+    return [figure(f"p1core_{key}_raytrain_samples_per_s", "samples/s", rt_sps, epoch_s=_epoch_seconds(rt), **common),
+            figure(f"p1core_{key}_plain_samples_per_s", "samples/s", plain_sps, epoch_s=_epoch_seconds(plain),
+                   **common),
             figure(f"p1core_{key}_ratio", "x", ratio, target=f">= {target}", met=med is not None and med >= target,
                    **common)]
+
+
+def _epoch_seconds(results: list[dict]) -> list[list[float]]:
+    """Each round's seconds per epoch (the first one included): where a side's time went."""
+    return [[round(row["epoch_s"], 4) for row in r.get("rows", [])] for r in results]
 
 
 def _first(results: list[dict], key: str) -> Optional[int]:

@@ -14,8 +14,10 @@ STATE = "/runs/r/checkpoint_epoch000002_ab12cd34/state.pt"
 
 TRACE = f"""\
 100 1700000000.000001 execve("/usr/bin/python3", ["python3", "-m", "raytrain.cli", "run"], 0x7ffd /* 40 vars */) = 0
-100 1700000000.000002 clone3({{flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM, stack=0x7f00, stack_size=0x7fff00}}, 88) = 101
-100 1700000000.000003 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, child_tidptr=0x7f00) = 300
+100 1700000000.000002 clone3({{flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_SIGHAND|CLONE_THREAD|CLONE_SYSVSEM, \
+stack=0x7f00, stack_size=0x7fff00}}, 88) = 101
+100 1700000000.000003 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|CLONE_CHILD_SETTID|SIGCHLD, \
+child_tidptr=0x7f00) = 300
 101 1700000000.050000 read(7<{STATE}>, ""..., 10) = 10
 100 1700000000.100000 read(7<{STATE}>, "PK\\3\\4"..., 1048577) = 1048576
 100 1700000000.200000 read(7<{STATE}>, "", 1) = 0
