@@ -7,6 +7,9 @@ writes. One module per part over a small shared harness:
 - report: results.md and the chart (bench.png)
 - workload: the CPU workload both sides run (CIFAR-shaped data, the timed loop) and where the sides run
 - throughput: p1 (training samples/s, Ray Train / raw torch) and p2 (ingest batches/s, time waiting for data)
+- core: p1core, `raytrain run PRESET` (the product's own loop, data and model) against a plain PyTorch loop on
+  the preset's model and training split (digits, and a compute-bound ViT)
+- ckptread: the bytes read from a checkpoint between its write and the next start's first step (strace)
 - cluster: a local multi-node cluster shaped like the chart's, jobs submitted as KubeRay's submitter does,
   and when a run reached its first optimizer step
 - first_step: p3, submission to the first optimizer step (running cluster and cold)

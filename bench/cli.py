@@ -19,8 +19,9 @@ CLUSTER_PARTS = ("p3", "scaling", "p4")  # in the order they run on the one loca
 def build_parser() -> argparse.ArgumentParser:
     d = BenchSettings()
     parser = argparse.ArgumentParser(
-        prog="scripts/bench", description="measure raytrain against raw PyTorch: throughput, ingest, time to first "
-                                          "step, recovery, scaling, GPU (JSON lines, results.json, bench.png)")
+        prog="scripts/bench", description="measure raytrain against raw PyTorch: throughput, the product's own loop, "
+                                          "checkpoint reads, ingest, time to first step, recovery, scaling, GPU "
+                                          "(JSON lines, results.json, bench.png)")
     parser.add_argument("parts", nargs="*", metavar="PART",
                         help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
     parser.add_argument("--rounds", type=int, default=d.rounds, help="interleaved rounds per figure (>= 1)")
@@ -65,6 +66,14 @@ def run_bench(s: BenchSettings, out: TextIO = sys.stdout, err: TextIO = sys.stde
             from bench.throughput import bench_throughput
 
             results.attempt("p1_p2", lambda: results.emit(bench_throughput(s, work, results.log)))
+        if "p1core" in s.parts:
+            from bench.core import bench_core
+
+            results.attempt("p1core", lambda: results.emit(bench_core(s, work, results.log)))
+        if "ckptread" in s.parts:
+            from bench.ckptread import bench_ckptread
+
+            results.attempt("ckptread", lambda: results.emit(bench_ckptread(s, work, results.log)))
         if any(p in s.parts for p in CLUSTER_PARTS):
             results.attempt("cluster", lambda: run_cluster_parts(s, work, results))
         if "gpu" in s.parts:

@@ -10,10 +10,8 @@ worker group (its log files on the nodes), rank 0 ready (the run's `start` event
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -22,7 +20,7 @@ from bench.cluster import (TRAIN_CONTROLLER_CLASS, WORKER_GROUP_REQUESTED, WORKE
                            actor_created_time, controller_log_time, first_step_time, probe_file, run_started,
                            timed_job_dir)
 from bench.harness import TARGETS, BenchSettings, cpu_busy_seconds, figure, interleaved, summary
-from bench.workload import importable_env
+from bench.workload import own_ray_env
 
 
 def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
@@ -68,21 +66,18 @@ def p3_cold_round(s: BenchSettings, work: Path, r: int) -> dict:
     name = f"cold-{r}"
     run_dir = runs.run_dir_of(str(work / "cold"), name)
     wd = timed_job_dir(work, name, s.p3_preset, str(probe_file(run_dir)))
-    temp = tempfile.mkdtemp(prefix="rtb", dir="/tmp")
-    env = importable_env({k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
-                         RAY_TMPDIR=temp)  # its own Ray temp dir, never the shared /tmp/ray
-    t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "raytrain.cli", "run", "job.yaml", "--smoke-test", "--name",
-                             name, "--storage", str(run_dir.parent)], cwd=wd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output = ""
-    try:
-        step = first_step_time(run_dir, t0, 300, lambda: proc.poll() is None)
-        output, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 9)
-        shutil.rmtree(temp, ignore_errors=True)
+    with own_ray_env() as env:
+        t0 = time.time()
+        proc = subprocess.Popen([sys.executable, "-m", "raytrain.cli", "run", "job.yaml", "--smoke-test", "--name",
+                                 name, "--storage", str(run_dir.parent)], cwd=wd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            step = first_step_time(run_dir, t0, 300, lambda: proc.poll() is None)
+            output, _ = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
     if step is None:
         raise RuntimeError(f"p3 cold: no training step; output ends:\n{output[-2000:]}")
     return {"first_step_s": step - t0}

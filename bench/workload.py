@@ -197,6 +197,18 @@ def in_fresh_process(function: Callable[[dict], dict], params: dict) -> dict:
 
 
 @contextlib.contextmanager
+def own_ray_env(env: Optional[dict] = None) -> Iterator[dict]:
+    """An environment for a `raytrain` process that starts its own embedded Ray: no RAY_ settings inherited and a
+    Ray temp dir of its own (never the shared /tmp/ray), removed afterwards. The bench package is importable."""
+    temp = tempfile.mkdtemp(prefix="rtb", dir="/tmp")
+    base = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("RAY_")}
+    try:
+        yield importable_env(base, RAY_TMPDIR=temp)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def embedded_ray(**init_options) -> Iterator[None]:
     """A Ray of its own in this process, in its own temp dir (never the shared /tmp/ray), gone afterwards."""
     import ray
