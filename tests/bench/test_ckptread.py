@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from bench import ckptread
+from tests.support.tools import require_tool
 
 STATE = "/runs/r/checkpoint_epoch000002_ab12cd34/state.pt"
 
@@ -72,14 +72,14 @@ def test_figures_give_the_bytes_read_against_the_checkpoints_size():
     assert "memory-mapped" in over["ckptread_local_bytes_read"]["warning"]
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
 def test_a_real_trace_of_a_process_that_reads_a_file_twice(tmp_path):
+    strace = require_tool("strace")
     data = tmp_path / "state.pt"
     data.write_bytes(b"x" * 300_000)
     trace = tmp_path / "trace"
     code = f"import pathlib, threading; p = pathlib.Path({str(data)!r}); t = threading.Thread(target=p.read_bytes); " \
            f"t.start(); p.read_bytes(); t.join()"
-    subprocess.run(["strace", "-f", "-qq", "-ttt", "-y", "-s", "40", "-e", f"trace={ckptread.TRACED}", "-o",
+    subprocess.run([strace, "-f", "-qq", "-ttt", "-y", "-s", "40", "-e", f"trace={ckptread.TRACED}", "-o",
                     str(trace), "--", sys.executable, "-c", code], check=True)
     accesses, procs = ckptread.read_trace(trace)
     got = ckptread.tally(accesses, data.resolve(), procs)

@@ -1,4 +1,4 @@
-"""The system tools some tests run (shellcheck, prometheus, ip): found, or the test skips naming the tool and the
+"""The system tools some tests run (shellcheck, prometheus, ip, strace): found, or the test skips naming the tool and the
 command that installs it. One place, so a missing tool reads the same in every test and never surfaces as a
 FileNotFoundError from deep inside one.
 
@@ -15,7 +15,7 @@ from typing import Optional
 import pytest
 
 # Tool -> the Debian package scripts/setup-system installs it from (its PACKAGES list).
-PACKAGES = {"shellcheck": "shellcheck", "prometheus": "prometheus", "ip": "iproute2"}
+PACKAGES = {"shellcheck": "shellcheck", "prometheus": "prometheus", "ip": "iproute2", "strace": "strace"}
 # `ip` lives in /usr/sbin, which a non-root user's PATH often lacks.
 EXTRA_DIRS = ("/usr/sbin", "/sbin")
 REQUIRE_ENV = "RAYTRAIN_TEST_REQUIRE_TOOLS"
