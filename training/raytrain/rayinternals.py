@@ -104,13 +104,14 @@ def local_raylets(table: dict) -> list[LocalRaylet]:
     return found
 
 
-def autoscaler_can_add_nodes() -> bool:
+def autoscaler_can_add_nodes() -> Optional[bool]:
     """Whether an autoscaler that can add nodes watches this cluster. Ray starts a v1 monitor on every head (`ray
     start --head`, an embedded `ray.init`) and it writes its status to the GCS's internal KV
     (ray/autoscaler/_private/monitor.py, DEBUG_AUTOSCALING_STATUS); without an autoscaling config it only mirrors the
     nodes, each as a node type of its own (util.py format_readonly_node_type), and can add none. KubeRay's
     `enableInTreeAutoscaling` runs a real one (its sidecar; the node types are the groups), or v2, which sets its
-    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2)."""
+    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2). None while a v1 monitor has not reported yet (it
+    reports every AUTOSCALER_UPDATE_INTERVAL_S, 5 s by default, from the head's start)."""
     import json
 
     from ray._private import ray_constants
@@ -122,4 +123,6 @@ def autoscaler_can_add_nodes() -> bool:
     if status:
         mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
         return any(node_type != format_readonly_node_type(node) for node, node_type in mapping.items())
-    return bool(is_autoscaler_v2(fetch_from_server=True))
+    if is_autoscaler_v2(fetch_from_server=True):
+        return True
+    return None

@@ -20,11 +20,22 @@ from raytrain.sizing import data_reserve, grown_per_worker, scale_up_bundles, si
 # Node start on a managed cloud: a new VM, the image pulled (several GB), `ray start`. GPU nodes take longest.
 SCALE_UP_TIMEOUT_S = 900.0
 POLL_S = 2.0
+# Ray's v1 monitor reports every AUTOSCALER_UPDATE_INTERVAL_S (5 s by default): three intervals for its first report.
+MONITOR_FIRST_REPORT_S = 15.0
 
 
-def autoscaler_running() -> bool:
-    """Whether an autoscaler that can add nodes watches this cluster (read from Ray's internals: rayinternals)."""
-    return rayinternals.autoscaler_can_add_nodes()
+def autoscaler_running(first_report_s: float = MONITOR_FIRST_REPORT_S) -> bool:
+    """Whether an autoscaler that can add nodes watches this cluster (read from Ray's internals: rayinternals). On a
+    head that has just started (a RayJob's own cluster) its monitor may not have reported yet: wait for that, bounded,
+    rather than take a cluster that can grow for one that cannot."""
+    deadline = time.monotonic() + first_report_s
+    while True:
+        known = rayinternals.autoscaler_can_add_nodes()
+        if known is not None:
+            return known
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 def _fits(cfg: RunConfig, per_worker: dict[str, float], nodes: list[dict]) -> bool:
