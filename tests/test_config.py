@@ -89,14 +89,20 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("text, overrides, fragments", BAD)
-def test_bad_config_is_rejected_with_a_message_naming_file_key_and_fix(tmp_path, text, overrides, fragments):
+def refusal(tmp_path: Path, text: str | None, overrides: list[str], fragments: list[str]) -> tuple[str, str]:
+    """(file, ConfigError message) for a config (GOOD when text is None) with overrides; each fragment is in it."""
     path = write(tmp_path, text if text is not None else GOOD)
     with pytest.raises(ConfigError) as caught:
         load_config(path, overrides)
     message = str(caught.value)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
+    return path, message
+
+
+@pytest.mark.parametrize("text, overrides, fragments", BAD)
+def test_bad_config_is_rejected_with_a_message_naming_file_key_and_fix(tmp_path, text, overrides, fragments):
+    path, message = refusal(tmp_path, text, overrides, fragments)
     assert "Fix" in message
     if not overrides:
         assert path in message  # the file is named
@@ -136,12 +142,7 @@ SILENTLY_WRONG = [
 
 @pytest.mark.parametrize("text, overrides, fragments", SILENTLY_WRONG)
 def test_configs_that_were_silently_wrong_are_refused(tmp_path, text, overrides, fragments):
-    path = write(tmp_path, text if text is not None else GOOD)
-    with pytest.raises(ConfigError) as caught:
-        load_config(path, overrides)
-    message = str(caught.value)
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in {message!r}"
+    _, message = refusal(tmp_path, text, overrides, fragments)
     assert "Fix:" in message and len(message) < 1000
 
 

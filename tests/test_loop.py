@@ -6,16 +6,15 @@ data section and keeps its own optimizer's settings on resume."""
 from __future__ import annotations
 
 import io
-import sys
-import textwrap
 
 import pytest
 import torch
 
-from raytrain import runs, workdir
+from raytrain import runs
 from raytrain.config import ConfigError, load_config
 from raytrain.local import train_local
 from raytrain.loop import EpochStats, build_optimizer, build_scheduler, train_epoch
+from tests.support.project import user_module
 
 
 def linear(tmp_path, *sets):
@@ -129,13 +128,7 @@ OWN_LOOP = """
 
 @pytest.fixture
 def own_loop(tmp_path):
-    (tmp_path / "own_loop.py").write_text(textwrap.dedent(OWN_LOOP))
-    saved_path, saved_current = list(sys.path), workdir.current()
-    workdir.use(str(tmp_path))
-    yield tmp_path
-    sys.path[:] = saved_path
-    workdir._current = saved_current
-    sys.modules.pop("own_loop", None)
+    yield from user_module(tmp_path, "own_loop", OWN_LOOP)
 
 
 def test_a_loop_of_ones_own_needs_no_model_or_data_and_keeps_its_optimizers_settings(own_loop):

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-import textwrap
 import time
 
 import pytest
 
-from raytrain import checkpoints, runs, workdir
+from raytrain import checkpoints, runs
 from raytrain.config import load_config
 from raytrain.errors import LaunchError
 from raytrain.local import train_local
+from tests.support.project import user_module
 
 LOOPS = """
     import torch
@@ -46,13 +45,7 @@ LOOPS = """
 
 @pytest.fixture
 def project(tmp_path):
-    (tmp_path / "st_loops.py").write_text(textwrap.dedent(LOOPS))
-    saved_path, saved_current = list(sys.path), workdir.current()
-    workdir.use(str(tmp_path))
-    yield tmp_path
-    sys.path[:] = saved_path
-    workdir._current = saved_current
-    sys.modules.pop("st_loops", None)
+    yield from user_module(tmp_path, "st_loops", LOOPS)
 
 
 def config(project, loop="st_loops.regression", epochs=3):
