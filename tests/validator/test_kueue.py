@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain.validator.kueue import QUEUE_LABEL, load_queues, pod_sets, QueuesFileError
+from raytrain.validator.kueue import QUEUE_LABEL, QueuesFileError, load_queues, pod_sets
 from raytrain.validator.problems import Doc
 from raytrain.validator.render import render_chart
 from raytrain.validator.validate import validate_paths
@@ -332,3 +332,18 @@ def test_fuzzed_queues_files_load_or_say_why(tmp_path):
             pass
         cases += 1
     assert cases > 300
+
+
+def test_the_standalone_rayjob_queued_as_the_readme_says_passes_and_fits(crd_dir, tmp_path):
+    """manifests/rayjob-standalone.yaml with the queue label and suspend: true (README, "Shared clusters")."""
+    docs = list(yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text()))
+    for doc in docs:
+        if doc["kind"] == "RayJob":
+            doc["metadata"]["labels"][QUEUE_LABEL] = "team-a"
+            doc["spec"]["suspend"] = True
+    path = tmp_path / "standalone.yaml"
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    problems = validate_paths([path], crd_dir, kueue_queues=QUEUES)
+    assert [p for p in problems if p.is_error or "kueue" in str(p).lower()] == [], "\n".join(map(str, problems))
+    [job] = [Doc("f", d) for d in docs if d["kind"] == "RayJob"]
+    assert [s.name for s in pod_sets(job)] == ["head", "worker", "submitter"]

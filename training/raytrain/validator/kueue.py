@@ -171,7 +171,7 @@ class PodSet:
 
 def _container_requests(container: Any, field: str) -> dict[str, float]:
     # workload/resources.go UseLimitsAsMissingRequestsInPod (lines 124-139): a limit stands in for a missing request
-    resources = (container or {}).get("resources") or {} if isinstance(container, dict) else {}
+    resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
     merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
     return {str(k): parse_quantity(v, f"{field}.resources.{k}") for k, v in merged.items()}
 
@@ -210,7 +210,7 @@ def pod_sets(doc: Doc) -> list[PodSet]:
     if not managed:
         return []
     spec, path = managed
-    job = doc.obj.get("spec") or {} if doc.kind == "RayJob" else {}
+    job = (doc.obj.get("spec") or {}) if doc.kind == "RayJob" else {}
     mode = job.get("submissionMode") or "K8sJobMode"
     head_extra = []
     if spec.get("enableInTreeAutoscaling"):  # common.go BuildPodSets, lines 98-106
