@@ -347,3 +347,32 @@ def test_the_standalone_rayjob_queued_as_the_readme_says_passes_and_fits(crd_dir
     assert [p for p in problems if p.is_error or "kueue" in str(p).lower()] == [], "\n".join(map(str, problems))
     [job] = [Doc("f", d) for d in docs if d["kind"] == "RayJob"]
     assert [s.name for s in pod_sets(job)] == ["head", "worker", "submitter"]
+
+
+def test_the_example_queues_match_kueue_s_crd_schemas():
+    """examples/kueue/queues.yaml against the v1beta2 openAPIV3Schema of Kueue's CRDs (main ff69552e, copied into
+    data/ without descriptions; the API server's CEL rules are not evaluated), the way crds.py checks KubeRay's."""
+    import json
+
+    import jsonschema
+
+    from raytrain.validator.crds import _to_jsonschema
+
+    schemas = json.loads((Path(__file__).parent / "data" / "kueue-v1beta2-schemas.json").read_text())["schemas"]
+    docs = [d for d in yaml.safe_load_all(QUEUES.read_text()) if d]
+    assert sorted({d["kind"] for d in docs}) == ["ClusterQueue", "LocalQueue", "ResourceFlavor",
+                                                  "WorkloadPriorityClass"]
+    for doc in docs:
+        assert doc["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+        schema = copy.deepcopy(schemas[doc["kind"]])
+        schema["properties"]["metadata"] = {"type": "object"}
+        schema["properties"].pop("status", None)
+        errors = [e.message for e in jsonschema.Draft7Validator(_to_jsonschema(schema)).iter_errors(doc)]
+        assert errors == [], (doc["kind"], errors)
+    # and a broken one is caught: the schema is really applied
+    bad = copy.deepcopy(next(d for d in docs if d["kind"] == "ClusterQueue"))
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = [1]
+    bad["spec"]["cohrt"] = "x"
+    schema = copy.deepcopy(schemas["ClusterQueue"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    assert len(list(jsonschema.Draft7Validator(_to_jsonschema(schema)).iter_errors(bad))) == 2
