@@ -376,3 +376,13 @@ def test_the_example_queues_match_kueue_s_crd_schemas():
     schema = copy.deepcopy(schemas["ClusterQueue"])
     schema["properties"]["metadata"] = {"type": "object"}
     assert len(list(jsonschema.Draft7Validator(_to_jsonschema(schema)).iter_errors(bad))) == 2
+
+
+def test_gcs_fault_tolerance_counts_the_redis_cleanup_on_the_head():
+    """common.go BuildPodSets, lines 93-97: the head's Ray container at least 200m/256Mi with GCS fault tolerance."""
+    small = patched(C, {"spec.headGroupSpec.template.spec.containers[0].resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}})
+    assert pod_sets(Doc("f", small))[0].requests == {"cpu": 0.1}
+    ft = patched(small, {"metadata.annotations": {"ray.io/ft-enabled": "True"}})
+    assert pod_sets(Doc("f", ft))[0].requests == {"cpu": 0.2, "memory": 256 * 2**20}
+    options = patched(small, {"spec.gcsFaultToleranceOptions": {"redisAddress": "redis:6379"}})
+    assert pod_sets(Doc("f", options))[0].requests == {"cpu": 0.2, "memory": 256 * 2**20}

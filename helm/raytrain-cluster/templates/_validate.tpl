@@ -229,7 +229,8 @@ kueue.queueName is set with autoscaling.enabled=true: Kueue refuses autoscaling 
 {{- end }}
 
 {{/* raycluster_webhook.go validateCreate (lines 159-162): a Kueue workload holds at most 18 pod sets
-(jobframework/constants.go MaxPodSets), the head's and one per worker group. */}}
+(jobframework/constants.go MaxPodSets, Kueue v0.19 and later; v0.18: 10, earlier: 8), the head's and one per worker
+group. */}}
 {{- define "raytrain.validateValues.kueuePodSets" -}}
 {{- if .Values.kueue.queueName }}
 {{- $count := len (include "raytrain.workerGroups" . | fromJson).groups }}

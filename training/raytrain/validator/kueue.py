@@ -7,9 +7,11 @@ refuse what the rules below refuse. Read in kubernetes-sigs/kueue at main ff6955
 - pkg/controller/jobs/raycluster/raycluster_webhook.go, validateCreate (lines 135-182);
 - pkg/controller/jobs/raycluster/common.go, ValidateCreate (lines 298-329), BuildPodSets (lines 76-128);
 - pkg/controller/jobframework/validation.go, ValidateJobOnCreate (lines 82-93), ValidateQueueName (lines 174-178).
-Each check's comment names the function and lines it mirrors. Not covered: the rules behind Kueue feature gates that
-are off by default or need the cluster's state (TopologyAwareScheduling's annotations, prebuilt workloads,
-AdmissionGatedBy, the update rules: `raytrain validate` checks what a create would do).
+Kueue's latest release, v0.19.2, has the same rules and counts (its MaxPodSets is 18 too; v0.18 allowed 10 pod
+sets, v0.17 and earlier 8). Each check's comment names the function and lines it mirrors. Not covered: the rules
+behind Kueue feature gates that are off by default or need the cluster's state (TopologyAwareScheduling's
+annotations, prebuilt workloads, AdmissionGatedBy, the update rules: `raytrain validate` checks what a create would
+do).
 
 The quota check (`raytrain validate --kueue-queues FILE`): a job whose requests, counted as Kueue counts them, exceed
 what its ClusterQueue could ever lend it is never admitted and waits in the queue forever without an error.
@@ -158,6 +160,8 @@ def _check_cluster_spec(doc: Doc, spec: dict, path: str) -> list[Problem]:
 
 # rayjob_controller.go defaultSubmitterResources (lines 251-262), KubeRay's default submitter container
 SUBMITTER_REQUESTS = {"cpu": 0.5, "memory": 200 * 2**20}
+# common.go redisCleanupResourceRequests (lines 140-147)
+REDIS_CLEANUP_REQUESTS = {"cpu": 0.2, "memory": 256 * 2**20}
 # common.go defaultAutoscalerResources (lines 159-170)
 AUTOSCALER_REQUESTS = {"cpu": 0.5, "memory": 512 * 2**20}
 
@@ -176,14 +180,20 @@ def _container_requests(container: Any, field: str) -> dict[str, float]:
     return {str(k): parse_quantity(v, f"{field}.resources.{k}") for k, v in merged.items()}
 
 
-def pod_requests(pod_spec: Any, field: str, extra: list[dict[str, float]] = ()) -> dict[str, float]:
+def pod_requests(pod_spec: Any, field: str, extra: list[dict[str, float]] = (),
+                 first_floor: dict[str, float] | None = None) -> dict[str, float]:
     """One pod's requests as Kubernetes' resourcehelpers.PodRequests sums them (workload.go
     totalRequestsFromPodSets, lines 684-720): the containers (and sidecar init containers) added, the largest plain
-    init container if it is larger. `extra`: containers KubeRay adds that the template does not hold."""
+    init container if it is larger. `extra`: containers KubeRay adds that the template does not hold;
+    `first_floor`: the least the first (Ray) container is counted at."""
     spec = pod_spec if isinstance(pod_spec, dict) else {}
+    containers = [_container_requests(c, f"{field}.containers[{i}]")
+                  for i, c in enumerate(spec.get("containers") or [])]
+    if containers and first_floor:
+        containers[0] = {k: max(containers[0].get(k, 0.0), first_floor.get(k, 0.0))
+                         for k in set(containers[0]) | set(first_floor)}
     total: dict[str, float] = {}
-    for amounts in [_container_requests(c, f"{field}.containers[{i}]")
-                    for i, c in enumerate(spec.get("containers") or [])] + list(extra):
+    for amounts in containers + list(extra):
         for key, amount in amounts.items():
             total[key] = total.get(key, 0.0) + amount
     sidecars: dict[str, float] = {}
@@ -219,8 +229,13 @@ def pod_sets(doc: Doc) -> list[PodSet]:
                           if options else dict(AUTOSCALER_REQUESTS))
     if doc.kind == "RayJob" and mode == "SidecarMode":
         head_extra.append(dict(SUBMITTER_REQUESTS))
+    # common.go BuildPodSets, lines 93-97 (accountForRedisCleanupInHeadPodSet): with GCS fault tolerance
+    # (KubeRay's utils.IsGCSFaultToleranceEnabled, on the job's own annotations) the head's Ray container is counted
+    # at least at the Redis cleanup Job's requests
+    ft = str(dig(doc.obj, "metadata", "annotations", "ray.io/ft-enabled", default="")).lower() == "true"
+    floor = REDIS_CLEANUP_REQUESTS if ft or spec.get("gcsFaultToleranceOptions") is not None else None
     out = [PodSet(HEAD_POD_SET, 1, pod_requests(dig(spec, "headGroupSpec", "template", "spec"),
-                                                f"{path}.headGroupSpec.template.spec", head_extra))]
+                                                f"{path}.headGroupSpec.template.spec", head_extra, floor))]
     for i, group in enumerate(spec.get("workerGroupSpecs") or []):
         replicas = group.get("replicas")
         count = 1 if replicas is None else int(replicas)
