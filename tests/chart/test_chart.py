@@ -711,3 +711,16 @@ def test_notes_say_how_the_cluster_is_queued_or_scheduled():
     volcano = notes(**{"batchScheduler.name": "volcano"})
     assert "--batch-scheduler=volcano" in volcano and "cannot start a RayJob that uses clusterSelector" in volcano
     assert "clusterSelector" not in notes(**{"batchScheduler.name": "yunikorn"}).split("3. Launch")[0]
+
+
+def test_a_batch_scheduler_gangs_every_group_at_replicas_unless_autoscaling():
+    """KubeRay v1.7.0's Volcano PodGroup (utils.CalculateMinReplicas) and YuniKorn's task groups count minReplicas."""
+    def bounds(**set_values):
+        [cluster] = by_kind(render("values-gpu.yaml", **set_values), "RayCluster")
+        return {g["groupName"]: (g.get("replicas"), g["minReplicas"]) for g in cluster["spec"]["workerGroupSpecs"]}
+
+    assert bounds() == {"worker": (1, 0), "gpu": (2, 0)}
+    for name in ("volcano", "yunikorn"):
+        assert bounds(**{"batchScheduler.name": name}) == {"worker": (1, 1), "gpu": (2, 2)}
+    assert bounds(**{"batchScheduler.name": "volcano", "autoscaling.enabled": True}) == {"worker": (None, 0),
+                                                                                        "gpu": (None, 0)}

@@ -386,3 +386,11 @@ def test_gcs_fault_tolerance_counts_the_redis_cleanup_on_the_head():
     assert pod_sets(Doc("f", ft))[0].requests == {"cpu": 0.2, "memory": 256 * 2**20}
     options = patched(small, {"spec.gcsFaultToleranceOptions": {"redisAddress": "redis:6379"}})
     assert pod_sets(Doc("f", options))[0].requests == {"cpu": 0.2, "memory": 256 * 2**20}
+
+
+@pytest.mark.parametrize("extra", ["batchScheduler: {name: volcano, queue: training, priorityClassName: high}",
+                                   "batchScheduler: {name: yunikorn, queue: root.training}"])
+def test_the_chart_with_batch_scheduler_values_passes(crd_dir, tmp_path, extra):
+    values = tmp_path / "my-values.yaml"
+    values.write_text(CHOSEN.read_text() + "\n" + extra + "\n")
+    assert validate_paths([values], crd_dir) == []
