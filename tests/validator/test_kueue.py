@@ -394,3 +394,18 @@ def test_the_chart_with_batch_scheduler_values_passes(crd_dir, tmp_path, extra):
     values = tmp_path / "my-values.yaml"
     values.write_text(CHOSEN.read_text() + "\n" + extra + "\n")
     assert validate_paths([values], crd_dir) == []
+
+
+def test_init_containers_count_as_kubernetes_pod_requests_sum_them():
+    """resourcehelpers.PodRequests (workload.go totalRequestsFromPodSets): max(containers + sidecars, the largest
+    plain init container plus the sidecars before it)."""
+    from raytrain.validator.kueue import pod_requests
+
+    def c(cpu, **extra):
+        return {"name": "c", "resources": {"requests": {"cpu": cpu}}, **extra}
+
+    assert pod_requests({"containers": [c("1"), c("1")], "initContainers": [c("3")]}, "f") == {"cpu": 3.0}
+    assert pod_requests({"containers": [c("1")], "initContainers": [c("500m")]}, "f") == {"cpu": 1.0}
+    sidecar = c("1", restartPolicy="Always")
+    assert pod_requests({"containers": [c("1")], "initContainers": [sidecar, c("2")]}, "f") == {"cpu": 3.0}
+    assert pod_requests({"containers": [c("2")], "initContainers": [c("2"), sidecar]}, "f") == {"cpu": 3.0}

@@ -196,17 +196,23 @@ def pod_requests(pod_spec: Any, field: str, extra: list[dict[str, float]] = (),
     for amounts in containers + list(extra):
         for key, amount in amounts.items():
             total[key] = total.get(key, 0.0) + amount
+    # k8s.io/component-helpers resource.PodRequests: the containers plus every sidecar (an init container with
+    # restartPolicy Always), or a plain init container plus the sidecars started before it, whichever is larger
     sidecars: dict[str, float] = {}
+    init_peak: dict[str, float] = {}
     for i, init in enumerate(spec.get("initContainers") or []):
         amounts = _container_requests(init, f"{field}.initContainers[{i}]")
         if isinstance(init, dict) and init.get("restartPolicy") == "Always":
             for key, amount in amounts.items():
                 sidecars[key] = sidecars.get(key, 0.0) + amount
+                init_peak[key] = max(init_peak.get(key, 0.0), sidecars[key])
         else:
             for key, amount in amounts.items():
-                total[key] = max(total.get(key, 0.0), amount + sidecars.get(key, 0.0))
+                init_peak[key] = max(init_peak.get(key, 0.0), amount + sidecars.get(key, 0.0))
     for key, amount in sidecars.items():
         total[key] = total.get(key, 0.0) + amount
+    for key, amount in init_peak.items():
+        total[key] = max(total.get(key, 0.0), amount)
     return total
 
 
