@@ -708,6 +708,7 @@ def test_notes_say_how_the_cluster_is_queued_or_scheduled():
     assert "LocalQueue" not in notes() and "batch-scheduler" not in notes()
     queued = notes(**{"kueue.queueName": "team-a", "kueue.priorityClass": "high"})
     assert "queued in Kueue's LocalQueue team-a (WorkloadPriorityClass high)" in queued and "get workloads" in queued
+    assert "KubeRay fails a suspended clusterSelector RayJob" in queued
     volcano = notes(**{"batchScheduler.name": "volcano"})
     assert "--batch-scheduler=volcano" in volcano and "cannot start a RayJob that uses clusterSelector" in volcano
     assert "clusterSelector" not in notes(**{"batchScheduler.name": "yunikorn"}).split("3. Launch")[0]

@@ -90,9 +90,15 @@ CASES = [
     Case("job with clusterSelector and rayClusterSpec", J, {"spec.clusterSelector": {"ray.io/cluster": "rc"},
                                                             "spec.suspend": DELETE},  # KubeRay refuses suspend there
          {}, "spec.clusterSelector", "should not use an existing cluster"),
-    # rayjob_webhook.go validateCreate, lines 126-130, rayjob_controller.go Skip, lines 115-119
-    Case("queue label on a clusterSelector job does nothing", S, {}, {"metadata.labels": DELETE},
-         f"metadata.labels.{QUEUE_LABEL}", "not queued", "note"),
+    # rayjob_webhook.go Default (line 87) -> jobframework ApplyDefaultForSuspend suspends every labelled RayJob;
+    # rayjob_controller.go Skip (lines 115-119) never unsuspends a clusterSelector one; KubeRay v1.7.0
+    # ValidateRayJobSpec refuses suspend in clusterSelector mode: the RayJob ends ValidationFailed
+    Case("queue label on a clusterSelector job fails it", S, {}, {"metadata.labels": DELETE},
+         f"metadata.labels.{QUEUE_LABEL}", "ValidationFailed"),
+    # rayjob_webhook.go validateCreate returns on a clusterSelector (lines 126-130) before ValidateJobOnCreate
+    # (line 150): the queue name itself is not checked, only the label's effect is named
+    Case("clusterSelector job's queue name is not checked", S, {"metadata.labels": {QUEUE_LABEL: "Team_A"}},
+         {"metadata.labels": DELETE}, f"metadata.labels.{QUEUE_LABEL}", "ValidationFailed"),
     # rayjob_webhook.go validateCreate, lines 139-142 (KubeRay needs shutdown for suspend: both unset)
     Case("job keeps its cluster", J, {"spec.shutdownAfterJobFinishes": False, "spec.suspend": DELETE}, {},
          "spec.shutdownAfterJobFinishes", "keeps its cluster"),
@@ -112,7 +118,15 @@ CASES = [
          "spec.workerGroupSpecs", "at most 18"),
     # common.go ValidateCreate, lines 313-316
     Case("job's cluster with 18 worker groups", J, {"spec.rayClusterSpec.workerGroupSpecs": MANY},
-         {"spec.rayClusterSpec.workerGroupSpecs": MANY[:17]}, "spec.rayClusterSpec.workerGroupSpecs", "at most 18"),
+         {"spec.rayClusterSpec.workerGroupSpecs": MANY[:16]}, "spec.rayClusterSpec.workerGroupSpecs", "at most 18"),
+    # rayjob_controller.go PodSets/expectedPodSetsCount (lines 132-163): a K8sJobMode job's submitter is a pod set
+    # too, which the webhook does not count, and a Workload holds at most 18 (workload_types.go MaxItems=18)
+    Case("job's workload with 19 pod sets", J, {"spec.rayClusterSpec.workerGroupSpecs": MANY[:17]},
+         {"spec.rayClusterSpec.workerGroupSpecs": MANY[:16]}, "spec.rayClusterSpec.workerGroupSpecs",
+         "cannot be created"),
+    Case("sidecar job with 17 worker groups", J, {"spec.rayClusterSpec.workerGroupSpecs": MANY[:17]},
+         {"spec.rayClusterSpec.workerGroupSpecs": MANY[:17], "spec.submissionMode": "SidecarMode"},
+         "spec.rayClusterSpec.workerGroupSpecs", "stays suspended"),
     # raycluster_webhook.go validateCreate, lines 164-169
     Case("cluster worker group named head", C, {"spec.workerGroupSpecs[0].groupName": "head"},
          {"spec.workerGroupSpecs[0].groupName": "heads"}, "spec.workerGroupSpecs[0].groupName", "reserved"),

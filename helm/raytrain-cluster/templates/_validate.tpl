@@ -221,7 +221,8 @@ kueue.queueName and batchScheduler.name are both set: Kueue queues and admits th
 {{- end }}
 
 {{/* kubernetes-sigs/kueue pkg/controller/jobs/raycluster/raycluster_webhook.go validateCreate (lines 145-157): a
-Kueue-managed RayCluster may autoscale only as an elastic job (an alpha feature gate), which the chart does not make. */}}
+Kueue-managed RayCluster may autoscale only as an elastic job (annotation kueue.x-k8s.io/elastic-job, feature gate
+ElasticJobsViaWorkloadSlices: beta, on by default since Kueue v0.18), which the chart does not make. */}}
 {{- define "raytrain.validateValues.kueueAutoscaling" -}}
 {{- if and .Values.kueue.queueName .Values.autoscaling.enabled }}
 kueue.queueName is set with autoscaling.enabled=true: Kueue refuses autoscaling on a RayCluster it manages (it admits a fixed size, the replicas of every group); --set autoscaling.enabled=false and size the groups with replicas

@@ -77,26 +77,35 @@ def check_kueue(doc: Doc) -> list[Problem]:
     """Kueue's admission rules for a RayJob or RayCluster carrying the queue-name label (shape already valid)."""
     if doc.kind not in ("RayJob", "RayCluster") or not queue_name(doc):
         return []
-    out = _check_queue_name(doc)
     spec = doc.obj.get("spec") or {}
     if doc.kind == "RayJob":
         selector, embedded = bool(spec.get("clusterSelector")), isinstance(spec.get("rayClusterSpec"), dict)
+        # rayjob_webhook.go validateCreate returns on the clusterSelector cases (lines 120-130) before
+        # ValidateJobOnCreate (line 150): the queue name is not checked there
         if selector and embedded:
             # rayjob_webhook.go validateCreate, lines 120-124: clusterSelector with a rayClusterSpec
-            return out + [doc.problem("spec.clusterSelector", "a Kueue-managed RayJob (label "
-                                      f"{QUEUE_LABEL}) should not use an existing cluster: Kueue refuses "
-                                      "clusterSelector together with rayClusterSpec.",
-                                      "remove clusterSelector to queue the job with a cluster of its own, or remove "
-                                      "rayClusterSpec to run on the selected cluster")]
+            return [doc.problem("spec.clusterSelector", "a Kueue-managed RayJob (label "
+                                f"{QUEUE_LABEL}) should not use an existing cluster: Kueue refuses "
+                                "clusterSelector together with rayClusterSpec.",
+                                "remove clusterSelector to queue the job with a cluster of its own, or remove "
+                                "rayClusterSpec and the label to run on the selected cluster")]
         if selector:
-            # rayjob_webhook.go validateCreate, lines 126-130, and rayjob_controller.go Skip, lines 115-119: Kueue
-            # admits it and leaves it alone; the job runs at once, on the selected cluster, outside the queue
-            return out + [doc.problem(f"metadata.labels.{QUEUE_LABEL}", "does nothing on a clusterSelector RayJob: "
-                                      "Kueue skips RayJobs that run on an existing cluster, so this job is not "
-                                      "queued and runs as soon as it is created.",
-                                      "queue the cluster instead (the chart's kueue.queueName labels its "
-                                      "RayCluster), or embed a rayClusterSpec to queue the job with its own "
-                                      "cluster; remove the label to say what happens", severity="note")]
+            # Kueue's validating webhook admits it (rayjob_webhook.go validateCreate, lines 126-130) and its
+            # controller skips it (rayjob_controller.go Skip, lines 115-119), but its mutating webhook suspends every
+            # labelled RayJob on creation (rayjob_webhook.go Default, line 87 -> jobframework/defaults.go
+            # ApplyDefaultForSuspend, lines 36-46 -> utils.go WorkloadShouldBeSuspended, lines 147-150, no Skip
+            # there), and KubeRay v1.7.0 refuses suspend in clusterSelector mode (utils/validation.go
+            # ValidateRayJobSpec, lines 561-563; rayjob_controller.go lines 144-161): the job fails at once
+            return [doc.problem(f"metadata.labels.{QUEUE_LABEL}", "on a clusterSelector RayJob: Kueue's mutating "
+                                "webhook sets suspend: true on every RayJob with this label, and then leaves a "
+                                "clusterSelector RayJob alone (it never unsuspends it); KubeRay refuses suspend in "
+                                "clusterSelector mode, so the RayJob ends ValidationFailed (\"the ClusterSelector "
+                                "mode doesn't support the suspend operation\") without running.",
+                                "remove the label: the job then runs on the selected cluster, which is what Kueue "
+                                "queues (the chart's kueue.queueName labels its RayCluster); or embed a "
+                                "rayClusterSpec instead of clusterSelector to queue the job with its own cluster")]
+    out = _check_queue_name(doc)
+    if doc.kind == "RayJob":
         # no clusterSelector and no rayClusterSpec (lines 132-136): KubeRay's ValidateRayJobSpec refuses it first
         if not embedded:
             return out
@@ -141,12 +150,25 @@ def _check_cluster_spec(doc: Doc, spec: dict, path: str) -> list[Problem]:
                                "set enableInTreeAutoscaling: false and size the groups with replicas (the chart: "
                                "autoscaling.enabled=false)"))
     workers = spec.get("workerGroupSpecs") or []
+    submitter = doc.kind == "RayJob" and ((doc.obj.get("spec") or {}).get("submissionMode") or "K8sJobMode") == \
+        "K8sJobMode"
     if len(workers) + 1 > MAX_POD_SETS:
         # raycluster_webhook.go validateCreate, lines 159-162; common.go ValidateCreate, lines 313-316
         # (ExpectedPodSetsCount: the head and one pod set per worker group)
         out.append(doc.problem(f"{path}.workerGroupSpecs", f"has {len(workers)} worker groups: with the head that "
                                f"is {len(workers) + 1} pod sets, and a Kueue workload holds at most {MAX_POD_SETS}.",
-                               f"use at most {MAX_POD_SETS - 1} worker groups"))
+                               f"use at most {MAX_POD_SETS - 1 - submitter} worker groups"))
+    elif submitter and len(workers) + 2 > MAX_POD_SETS:
+        # The webhook counts the cluster's pod sets only, but a K8sJobMode RayJob's workload also holds the
+        # submitter's (rayjob_controller.go PodSets and expectedPodSetsCount, lines 132-163), and the Workload API
+        # takes at most MaxPodSets (apis/kueue/v1beta2/workload_types.go, +kubebuilder:validation:MaxItems=18):
+        # the API server refuses the Workload, and the job stays suspended
+        out.append(doc.problem(f"{path}.workerGroupSpecs", f"has {len(workers)} worker groups: with the head and "
+                               f"the submitter (submissionMode K8sJobMode) that is {len(workers) + 2} pod sets, and a "
+                               f"Kueue workload holds at most {MAX_POD_SETS}. Kueue's webhook accepts the RayJob, but "
+                               "its Workload cannot be created, so the job stays suspended.",
+                               f"use at most {MAX_POD_SETS - 2} worker groups (or submissionMode: SidecarMode, "
+                               "whose submitter runs in the head pod)"))
     for i, group in enumerate(workers):
         if isinstance(group, dict) and group.get("groupName") == HEAD_POD_SET:
             # raycluster_webhook.go validateCreate, lines 164-169; common.go ValidateCreate, lines 318-326
@@ -418,7 +440,9 @@ def check_fits(doc: Doc, queues: Queues) -> list[Problem]:
         quotas = cluster_queue.quotas.get(resource)
         if not quotas:
             out.append(doc.problem(field, f"the job requests {_amount(resource, total)} {resource}, which {what} "
-                                   "has no quota for: Kueue can never admit it.",
+                                   "has no quota for: Kueue can never admit it (unless Kueue's configuration leaves "
+                                   "the resource out: resources.excludeResourcePrefixes, or quotaCheckStrategy "
+                                   "IgnoreUndeclared).",
                                    f"add {resource} to a resourceGroup of ClusterQueue {target} (coveredResources "
                                    "and each flavor's resources), or ask your admin for a queue that has it"))
             continue
