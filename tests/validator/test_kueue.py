@@ -239,6 +239,22 @@ def test_an_unknown_local_queue_is_a_note(crd_dir, tmp_path):
     assert not note.is_error and "LocalQueue 'team-b'" in note.message
 
 
+@pytest.mark.parametrize("job_ns,queue_ns,found", [
+    (None, None, True), (None, "ml", True), ("ml", None, True),  # either applied with kubectl -n
+    ("ml", "ml", True), ("ml", "other", False)])
+def test_a_local_queue_is_found_in_the_job_s_namespace(crd_dir, tmp_path, job_ns, queue_ns, found):
+    """The LocalQueue named by the label, in the job's namespace; an object without one is applied with -n."""
+    queues = _queues(tmp_path, [{"name": "cpu", "nominalQuota": 1}, {"name": "memory", "nominalQuota": "18Gi"}])
+    if queue_ns:
+        docs = list(yaml.safe_load_all(queues.read_text()))
+        docs[1]["metadata"]["namespace"] = queue_ns
+        queues.write_text(yaml.safe_dump_all(docs))
+    job = patched(C, {"metadata.namespace": job_ns} if job_ns else {})
+    [problem] = validate_obj(tmp_path, job, crd_dir, queues)[1]
+    assert ("more than ClusterQueue cq" in problem.message) == found, str(problem)
+    assert ("does not hold" in problem.message) == (not found), str(problem)
+
+
 def test_the_chart_with_kueue_values_passes_and_fits_the_example_queues(crd_dir, tmp_path):
     """examples/kueue/queues.yaml fits the chart's values.yaml and values-gpu.yaml, queued with kueue values."""
     values = tmp_path / "my-values.yaml"

@@ -411,8 +411,10 @@ def check_fits(doc: Doc, queues: Queues) -> list[Problem]:
     namespace = str(dig(doc.obj, "metadata", "namespace", default="") or "")
     target = queues.local_queues.get((namespace, local))
     if target is None:
-        candidates = {cq for (ns, name), cq in queues.local_queues.items() if name == local}
-        if len(candidates) == 1 and not namespace:
+        # a job or a LocalQueue without a namespace is applied with `kubectl -n`: either may be the other's
+        candidates = {cq for (ns, name), cq in queues.local_queues.items() if name == local and
+                      (not namespace or not ns)}
+        if len(candidates) == 1:
             target = candidates.pop()
     if target is None:
         where = f" in namespace {namespace}" if namespace else ""
