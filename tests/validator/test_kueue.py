@@ -133,6 +133,13 @@ CASES = [
     # common.go ValidateCreate, lines 318-326
     Case("job worker group named head", J, {"spec.rayClusterSpec.workerGroupSpecs[0].groupName": "head"}, {},
          "spec.rayClusterSpec.workerGroupSpecs[0].groupName", "reserved"),
+    # jobframework/validation.go validateCreateForMaxExecTime, lines 235-247 (strconv.Atoi, > 0)
+    Case("max exec time not a number", J, {"metadata.labels": {"kueue.x-k8s.io/max-exec-time-seconds": "2h"}},
+         {"metadata.labels": {"kueue.x-k8s.io/max-exec-time-seconds": "7200"}},
+         "metadata.labels.kueue.x-k8s.io/max-exec-time-seconds", "not a whole number"),
+    Case("max exec time zero", C, {"metadata.labels": {"kueue.x-k8s.io/max-exec-time-seconds": "0"}},
+         {"metadata.labels": {"kueue.x-k8s.io/max-exec-time-seconds": "1"}},
+         "metadata.labels.kueue.x-k8s.io/max-exec-time-seconds", "above 0"),
     # jobframework/validation.go ValidateQueueName, lines 174-178 (ValidateLabelAsCRDName, lines 146-154)
     Case("queue name not a DNS-1123 subdomain", C, {"metadata.labels": {QUEUE_LABEL: "Team_A"}},
          {"metadata.labels": {QUEUE_LABEL: "team.a"}}, f"metadata.labels.{QUEUE_LABEL}", "DNS-1123"),

@@ -6,7 +6,11 @@ refuse what the rules below refuse. Read in kubernetes-sigs/kueue at main ff6955
 - pkg/controller/jobs/rayjob/rayjob_webhook.go, validateCreate (lines 109-160);
 - pkg/controller/jobs/raycluster/raycluster_webhook.go, validateCreate (lines 135-182);
 - pkg/controller/jobs/raycluster/common.go, ValidateCreate (lines 298-329), BuildPodSets (lines 76-128);
-- pkg/controller/jobframework/validation.go, ValidateJobOnCreate (lines 82-93), ValidateQueueName (lines 174-178).
+- pkg/controller/jobframework/validation.go, ValidateJobOnCreate (lines 82-93), ValidateQueueName (lines 174-178),
+  validateCreateForMaxExecTime (lines 235-247);
+- pkg/controller/jobframework/defaults.go ApplyDefaultForSuspend (lines 36-46) and utils.go
+  WorkloadShouldBeSuspended (lines 131-157): the mutating webhook suspends every labelled RayJob, a clusterSelector
+  one too, which KubeRay v1.7.0 then fails (utils/validation.go ValidateRayJobSpec, lines 561-563).
 Kueue's latest release, v0.19.2, has the same rules and counts (its MaxPodSets is 18 too; v0.18 allowed 10 pod
 sets, v0.17 and earlier 8). Each check's comment names the function and lines it mirrors. Not covered: the rules
 behind Kueue feature gates that are off by default or need the cluster's state (TopologyAwareScheduling's
@@ -32,6 +36,8 @@ from raytrain.validator.shape import get as dig
 # pkg/controller/constants/constants.go: QueueLabel (line 23), WorkloadPriorityClassLabel (line 48)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+# pkg/controller/constants/constants.go MaxExecTimeSecondsLabel (line 59)
+MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 # pkg/constants/constants.go ElasticJobAnnotation (line 88); pkg/workloadslicing/workloadslicing.go
 # EnabledAnnotationValue (line 57)
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
@@ -104,7 +110,7 @@ def check_kueue(doc: Doc) -> list[Problem]:
                                 "remove the label: the job then runs on the selected cluster, which is what Kueue "
                                 "queues (the chart's kueue.queueName labels its RayCluster); or embed a "
                                 "rayClusterSpec instead of clusterSelector to queue the job with its own cluster")]
-    out = _check_queue_name(doc)
+    out = _check_queue_name(doc) + _check_max_exec_time(doc)
     if doc.kind == "RayJob":
         # no clusterSelector and no rayClusterSpec (lines 132-136): KubeRay's ValidateRayJobSpec refuses it first
         if not embedded:
@@ -136,6 +142,20 @@ def _check_queue_name(doc: Doc) -> list[Problem]:
     return [doc.problem(f"metadata.labels.{QUEUE_LABEL}", f"{shown(name)} is not a LocalQueue name (a DNS-1123 "
                         "subdomain: lower-case letters, digits, '-' and '.'); Kueue refuses the object.",
                         "use the name of a LocalQueue in the job's namespace, e.g. team-a")]
+
+
+def _check_max_exec_time(doc: Doc) -> list[Problem]:
+    # jobframework/validation.go ValidateJobOnCreate -> validateCreateForMaxExecTime (lines 235-247): Go's
+    # strconv.Atoi of the label (an optional sign and decimal digits, within int64), greater than 0
+    labels = dig(doc.obj, "metadata", "labels", default={})
+    if not isinstance(labels, dict) or MAX_EXEC_TIME_LABEL not in labels:
+        return []
+    value = str(labels[MAX_EXEC_TIME_LABEL])
+    if re.fullmatch(r"[+-]?[0-9]+", value) and 0 < int(value) < 2**63:
+        return []
+    return [doc.problem(f"metadata.labels.{MAX_EXEC_TIME_LABEL}", f"{shown(value)} is not a whole number of "
+                        "seconds above 0; Kueue refuses the object.",
+                        "write the most seconds the job may run once admitted, e.g. \"7200\"")]
 
 
 def _check_cluster_spec(doc: Doc, spec: dict, path: str) -> list[Problem]:
