@@ -668,10 +668,10 @@ def test_by_default_no_queue_or_scheduler_label_and_no_suspend(values_name):
     # batchscheduler/yunikorn/yunikorn_scheduler.go RayApplicationIDLabelName, RayApplicationQueueLabelName,
     # utils.RayGangSchedulingEnabled
     ({"batchScheduler.name": "yunikorn", "batchScheduler.queue": "root.training"},
-     {"yunikorn.apache.org/app-id": "raytrain", "yunikorn.apache.org/queue": "root.training",
+     {"yunikorn.apache.org/app-id": "default-raytrain", "yunikorn.apache.org/queue": "root.training",
       "ray.io/gang-scheduling-enabled": "true"}),
     ({"batchScheduler.name": "yunikorn", "batchScheduler.gangScheduling": False},
-     {"yunikorn.apache.org/app-id": "raytrain"}),
+     {"yunikorn.apache.org/app-id": "default-raytrain"}),
 ])
 def test_each_scheduling_value_renders_its_labels_on_the_raycluster(set_values, expected):
     assert cluster_labels(**set_values) == expected

@@ -47,7 +47,8 @@ volcano.sh/queue-name: {{ . | quote }}
 ray.io/priority-class-name: {{ . | quote }}
 {{- end }}
 {{- else if eq $b.name "yunikorn" }}
-yunikorn.apache.org/app-id: {{ include "raytrain.fullname" . | quote }}
+{{- /* YuniKorn's application IDs are cluster-wide: the same release name in two namespaces must not share one */}}
+yunikorn.apache.org/app-id: {{ printf "%s-%s" .Release.Namespace (include "raytrain.fullname" .) | trunc 63 | trimSuffix "-" | quote }}
 {{- with $b.queue }}
 yunikorn.apache.org/queue: {{ . | quote }}
 {{- end }}
