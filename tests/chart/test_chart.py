@@ -633,3 +633,95 @@ def test_notes_warn_when_a_spot_nodes_notice_is_shorter_than_the_grace_period(va
         assert line.startswith(f"WARNING: {group} runs on ") and f"({label})" in line
         assert "--set terminationGracePeriodSeconds=" in line and "preStopDrain.marginSeconds=5" in line
 
+
+
+# ----------------------------------------------------------------------------------------------------------
+# shared clusters: Kueue and the batch schedulers (opt-in; the defaults render as before)
+
+GROUP = {"replicas": 1, "minReplicas": 0, "maxReplicas": 1, "resources": {"cpu": "1", "memory": "1Gi"}}
+SCHEDULING_LABEL_PREFIXES = ("kueue.x-k8s.io/", "volcano.sh/", "yunikorn.apache.org/", "ray.io/")
+
+
+def cluster_labels(**set_values):
+    [cluster] = by_kind(render(**set_values), "RayCluster")
+    return {k: v for k, v in cluster["metadata"]["labels"].items() if k.startswith(SCHEDULING_LABEL_PREFIXES)}
+
+
+@pytest.mark.parametrize("values_name", VALUES_FILES)
+def test_by_default_no_queue_or_scheduler_label_and_no_suspend(values_name):
+    objects = render(values_name)
+    [cluster] = by_kind(objects, "RayCluster")
+    assert "suspend" not in cluster["spec"]
+    for obj in objects:
+        assert not [k for k in obj["metadata"].get("labels", {}) if k.startswith(SCHEDULING_LABEL_PREFIXES)]
+
+
+@pytest.mark.parametrize("set_values,expected", [
+    # kubernetes-sigs/kueue pkg/controller/constants/constants.go QueueLabel, WorkloadPriorityClassLabel
+    ({"kueue.queueName": "team-a"}, {"kueue.x-k8s.io/queue-name": "team-a"}),
+    ({"kueue.queueName": "team-a", "kueue.priorityClass": "high"},
+     {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/priority-class": "high"}),
+    # KubeRay v1.7.0 batchscheduler/volcano/volcano_scheduler.go QueueNameLabelKey, utils.RayPriorityClassName
+    ({"batchScheduler.name": "volcano"}, {}),
+    ({"batchScheduler.name": "volcano", "batchScheduler.queue": "training", "batchScheduler.priorityClassName": "hi"},
+     {"volcano.sh/queue-name": "training", "ray.io/priority-class-name": "hi"}),
+    # batchscheduler/yunikorn/yunikorn_scheduler.go RayApplicationIDLabelName, RayApplicationQueueLabelName,
+    # utils.RayGangSchedulingEnabled
+    ({"batchScheduler.name": "yunikorn", "batchScheduler.queue": "root.training"},
+     {"yunikorn.apache.org/app-id": "default-raytrain", "yunikorn.apache.org/queue": "root.training",
+      "ray.io/gang-scheduling-enabled": "true"}),
+    ({"batchScheduler.name": "yunikorn", "batchScheduler.gangScheduling": False},
+     {"yunikorn.apache.org/app-id": "default-raytrain"}),
+])
+def test_each_scheduling_value_renders_its_labels_on_the_raycluster(set_values, expected):
+    assert cluster_labels(**set_values) == expected
+
+
+@pytest.mark.parametrize("values,expected", [
+    ({"kueue": {"queueName": "team-a"}, "batchScheduler": {"name": "volcano"}},
+     "kueue.queueName and batchScheduler.name are both set"),
+    ({"kueue": {"queueName": "team-a"}, "autoscaling": {"enabled": True}},
+     "Kueue refuses autoscaling on a RayCluster it manages"),
+    ({"kueue": {"priorityClass": "high"}}, "kueue.priorityClass is set without kueue.queueName"),
+    ({"kueue": {"queueName": "team-a"}, "additionalWorkerGroups": {f"g{i}": GROUP for i in range(17)}},
+     "a Kueue workload holds at most 18 pod sets"),
+    ({"kueue": {"queueName": "team-a"}, "additionalWorkerGroups": {"head": GROUP}},
+     "Kueue reserves the name \"head\""),
+    ({"batchScheduler": {"queue": "q"}}, "batchScheduler.queue is set without batchScheduler.name"),
+    ({"batchScheduler": {"name": "yunikorn", "priorityClassName": "hi"}}, "read by Volcano only"),
+    ({"batchScheduler": {"name": "slurm"}}, "/batchScheduler/name': value must be one of"),
+    ({"kueue": {"queueName": "Team_A"}}, "/kueue/queueName': 'Team_A' does not match"),
+])
+def test_contradictory_scheduling_values_are_refused_with_the_way_out(values, expected):
+    with pytest.raises(ChartError) as caught:
+        render_chart(CHART, (CHOSEN,), values)
+    assert expected in str(caught.value)
+
+
+def test_seventeen_worker_groups_fit_a_kueue_workload():
+    groups17 = {f"g{i}": GROUP for i in range(15)}  # + worker and gpu
+    render_chart(CHART, (CHOSEN,), {"kueue": {"queueName": "team-a"}, "gpuWorker": {"enabled": True},
+                                    "additionalWorkerGroups": groups17})
+
+
+def test_notes_say_how_the_cluster_is_queued_or_scheduled():
+    assert "LocalQueue" not in notes() and "batch-scheduler" not in notes()
+    queued = notes(**{"kueue.queueName": "team-a", "kueue.priorityClass": "high"})
+    assert "queued in Kueue's LocalQueue team-a (WorkloadPriorityClass high)" in queued and "get workloads" in queued
+    assert "KubeRay fails a suspended clusterSelector RayJob" in queued
+    volcano = notes(**{"batchScheduler.name": "volcano"})
+    assert "--batch-scheduler=volcano" in volcano and "cannot start a RayJob that uses clusterSelector" in volcano
+    assert "clusterSelector" not in notes(**{"batchScheduler.name": "yunikorn"}).split("3. Launch")[0]
+
+
+def test_a_batch_scheduler_gangs_every_group_at_replicas_unless_autoscaling():
+    """KubeRay v1.7.0's Volcano PodGroup (utils.CalculateMinReplicas) and YuniKorn's task groups count minReplicas."""
+    def bounds(**set_values):
+        [cluster] = by_kind(render("values-gpu.yaml", **set_values), "RayCluster")
+        return {g["groupName"]: (g.get("replicas"), g["minReplicas"]) for g in cluster["spec"]["workerGroupSpecs"]}
+
+    assert bounds() == {"worker": (1, 0), "gpu": (2, 0)}
+    for name in ("volcano", "yunikorn"):
+        assert bounds(**{"batchScheduler.name": name}) == {"worker": (1, 1), "gpu": (2, 2)}
+    assert bounds(**{"batchScheduler.name": "volcano", "autoscaling.enabled": True}) == {"worker": (None, 0),
+                                                                                        "gpu": (None, 0)}

@@ -250,7 +250,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     found = validate_paths([Path(p) for p in args.paths], _crd_dir(args),
                            values=Path(args.values) if args.values else None,
-                           chart=Path(args.chart) if args.chart else None, gates=args.feature_gates)
+                           chart=Path(args.chart) if args.chart else None, gates=args.feature_gates,
+                           kueue_queues=Path(args.kueue_queues) if args.kueue_queues else None)
     errors = [p for p in found if p.is_error]
     for problem in found:
         print(f"{'error' if problem.is_error else 'note'}: {problem}", file=sys.stderr)
@@ -453,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--feature-gates", metavar="GATE=BOOL,...", type=_feature_gates,
                           help="the KubeRay operator's --feature-gates, e.g. RayClusterNetworkPolicy=true "
                                "(default: KubeRay v1.7.0's defaults)")
+    validate.add_argument("--kueue-queues", metavar="QUEUES.yaml",
+                          help="Kueue ClusterQueues and LocalQueues: a RayJob or RayCluster labelled "
+                               "kueue.x-k8s.io/queue-name is checked against its ClusterQueue's quota")
     validate.set_defaults(func=cmd_validate)
 
     emulate = sub.add_parser("emulate", help="run a RayJob as KubeRay would, on a local multi-node Ray cluster")

@@ -23,6 +23,41 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: raytrain
 {{- end }}
 
+{{/*
+The labels Kueue or the batch scheduler reads on the RayCluster (nothing by default):
+- Kueue (kubernetes-sigs/kueue pkg/controller/constants/constants.go QueueLabel, WorkloadPriorityClassLabel);
+- Volcano (KubeRay v1.7.0 batchscheduler/volcano/volcano_scheduler.go: QueueNameLabelKey into the PodGroup's queue,
+  utils.RayPriorityClassName into its priorityClassName, createPodGroup);
+- YuniKorn (batchscheduler/yunikorn/yunikorn_scheduler.go: RayApplicationIDLabelName, RayApplicationQueueLabelName
+  copied to each pod as applicationId and queue, and utils.RayGangSchedulingEnabled, isGangSchedulingEnabled).
+*/}}
+{{- define "raytrain.schedulingLabels" -}}
+{{- with .Values.kueue.queueName }}
+kueue.x-k8s.io/queue-name: {{ . | quote }}
+{{- end }}
+{{- with .Values.kueue.priorityClass }}
+kueue.x-k8s.io/priority-class: {{ . | quote }}
+{{- end }}
+{{- $b := .Values.batchScheduler }}
+{{- if eq $b.name "volcano" }}
+{{- with $b.queue }}
+volcano.sh/queue-name: {{ . | quote }}
+{{- end }}
+{{- with $b.priorityClassName }}
+ray.io/priority-class-name: {{ . | quote }}
+{{- end }}
+{{- else if eq $b.name "yunikorn" }}
+{{- /* YuniKorn's application IDs are cluster-wide: the same release name in two namespaces must not share one */}}
+yunikorn.apache.org/app-id: {{ printf "%s-%s" .Release.Namespace (include "raytrain.fullname" .) | trunc 63 | trimSuffix "-" | quote }}
+{{- with $b.queue }}
+yunikorn.apache.org/queue: {{ . | quote }}
+{{- end }}
+{{- if $b.gangScheduling }}
+ray.io/gang-scheduling-enabled: "true"
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "raytrain.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "raytrain.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}

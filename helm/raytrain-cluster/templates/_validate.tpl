@@ -6,7 +6,7 @@ where the image was pushed, where the shared volume comes from). `raytrain valid
 the heading "values to choose" when it checks the chart's own values files.
 */}}
 {{- define "raytrain.validateValues" -}}
-{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" }}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" }}
 {{- $choices := list "imageRepository" "storageSource" }}
 {{- $messages := list }}
 {{- range $check := $checks }}
@@ -210,5 +210,53 @@ SIGKILLs it mid-checkpoint, and its lease is then only taken over after its TTL.
 {{- define "raytrain.validateValues.jobStopWait" -}}
 {{- if le (int .Values.jobStopWaitSeconds) 20 }}
 jobStopWaitSeconds ({{ .Values.jobStopWaitSeconds }}) must be above 20: a stopped run takes up to 20 s (RAYTRAIN_STOP_GRACE_S) to checkpoint and end after SIGTERM before Ray's SIGKILL. Raise it (default 30)
+{{- end }}
+{{- end }}
+
+{{/* Two queues would each admit the cluster on their own terms: Kueue by suspending it, the batch scheduler by its pods. */}}
+{{- define "raytrain.validateValues.kueueOrBatchScheduler" -}}
+{{- if and .Values.kueue.queueName .Values.batchScheduler.name }}
+kueue.queueName and batchScheduler.name are both set: Kueue queues and admits the whole RayCluster, and {{ .Values.batchScheduler.name }} would queue its pods again against its own queues; use one: --set batchScheduler.name="" (Kueue), or --set kueue.queueName="" ({{ .Values.batchScheduler.name }})
+{{- end }}
+{{- end }}
+
+{{/* kubernetes-sigs/kueue pkg/controller/jobs/raycluster/raycluster_webhook.go validateCreate (lines 145-157): a
+Kueue-managed RayCluster may autoscale only as an elastic job (annotation kueue.x-k8s.io/elastic-job, feature gate
+ElasticJobsViaWorkloadSlices: beta, on by default since Kueue v0.18), which the chart does not make. */}}
+{{- define "raytrain.validateValues.kueueAutoscaling" -}}
+{{- if and .Values.kueue.queueName .Values.autoscaling.enabled }}
+kueue.queueName is set with autoscaling.enabled=true: Kueue refuses autoscaling on a RayCluster it manages (it admits a fixed size, the replicas of every group); --set autoscaling.enabled=false and size the groups with replicas
+{{- end }}
+{{- end }}
+
+{{/* raycluster_webhook.go validateCreate (lines 159-162): a Kueue workload holds at most 18 pod sets
+(jobframework/constants.go MaxPodSets, Kueue v0.19 and later; v0.18: 10, earlier: 8), the head's and one per worker
+group. */}}
+{{- define "raytrain.validateValues.kueuePodSets" -}}
+{{- if .Values.kueue.queueName }}
+{{- $count := len (include "raytrain.workerGroups" . | fromJson).groups }}
+{{- if gt (add1 $count) 18 }}
+kueue.queueName is set with {{ $count }} worker groups: a Kueue workload holds at most 18 pod sets, the head's and one per worker group; disable worker groups down to 17
+{{- end }}
+{{- if hasKey .Values.additionalWorkerGroups "head" }}
+additionalWorkerGroups.head: Kueue reserves the name "head" for the head group's pod set (raycluster_webhook.go validateCreate); rename the entry
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.kueuePriorityNeedsQueue" -}}
+{{- if and .Values.kueue.priorityClass (not .Values.kueue.queueName) }}
+kueue.priorityClass is set without kueue.queueName: only a queued workload has a Kueue priority; --set kueue.queueName=<your LocalQueue>
+{{- end }}
+{{- end }}
+
+{{/* KubeRay v1.7.0 batchscheduler/: only Volcano reads ray.io/priority-class-name; a queue needs a scheduler to read it. */}}
+{{- define "raytrain.validateValues.batchSchedulerValues" -}}
+{{- $b := .Values.batchScheduler }}
+{{- if and $b.queue (not $b.name) }}
+batchScheduler.queue is set without batchScheduler.name: no scheduler reads it; --set batchScheduler.name=volcano (or yunikorn), the one the KubeRay operator was started with
+{{- end }}
+{{- if and $b.priorityClassName (ne $b.name "volcano") }}
+batchScheduler.priorityClassName is read by Volcano only (KubeRay's ray.io/priority-class-name label), not by {{ default "the default scheduler" $b.name }}; remove it, or --set batchScheduler.name=volcano
 {{- end }}
 {{- end }}

@@ -11,7 +11,9 @@ the field and the fix:
 3. KubeRay's admission rules that live in the webhook and the operator's code, under the operator's feature
    gates (kuberay_rules.py; RayService and RayCronJob are not checked);
 4. raytrain's cross-checks: a RayJob running `raytrain run` fits its cluster, writes to the shared mount,
-   uses an image whose Ray matches rayVersion, and carries a valid run config (raytrain_rules.py).
+   uses an image whose Ray matches rayVersion, and carries a valid run config (raytrain_rules.py);
+5. Kueue's rules for a RayJob or RayCluster labelled kueue.x-k8s.io/queue-name, and with --kueue-queues whether it
+   can ever fit its ClusterQueue's quota (kueue.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from raytrain import yamlfile
 from raytrain.errors import shown
-from raytrain.validator import raytrain_rules
+from raytrain.validator import kueue, raytrain_rules
 from raytrain.validator.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
 from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
 from raytrain.validator.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
@@ -306,7 +308,7 @@ def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
     KubeRay creates from its templates, and the image's Ray against rayVersion; problems keep the object's own
     reference."""
     found = (check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
-             + raytrain_rules.check_local_build_image(completed))
+             + raytrain_rules.check_local_build_image(completed) + kueue.check_kueue(completed))
     said = {p.field for p in found}
     found += [p for p in check_object_meta(completed, custom=True) + _ray_pod_templates(completed) if p.field not in said]
     return [dataclasses.replace(p, obj=doc.ref) for p in found]
@@ -351,7 +353,8 @@ def _not_an_object(doc: Doc) -> list[Problem]:
 
 
 def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = None,
-                  chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
+                  chart: Path | None = None, gates: FeatureGates | None = None,
+                  queues: kueue.Queues | None = None) -> list[Problem]:
     gates = gates or FeatureGates()
     problems: list[Problem] = []
     for docs in sets:
@@ -378,6 +381,8 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
             stored = with_defaults(named, crd_dir) if is_ray else named
             if is_ray:  # the rules assume the shapes the schema guarantees; the operator never sees a refused one
                 problems.extend(_rules_of(doc, stored, gates))
+                if queues is not None:
+                    problems.extend(dataclasses.replace(p, obj=doc.ref) for p in kueue.check_fits(stored, queues))
             else:
                 problems.extend(dataclasses.replace(p, obj=doc.ref) for p in check_core_object(named))
             checkable.append(stored)
@@ -397,7 +402,8 @@ def target_cluster(name: str, docs: list[Doc], values: Path | None, chart: Path 
 
 
 def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = None,
-                   chart: Path | None = None, gates: FeatureGates | None = None) -> list[Problem]:
+                   chart: Path | None = None, gates: FeatureGates | None = None,
+                   kueue_queues: Path | None = None) -> list[Problem]:
     """Check charts (rendered with each of their values*.yaml), values files (rendered with their chart),
     rendered YAML and manifest files or directories. Returns errors and notes (Problem.is_error); no errors
     means valid.
@@ -405,7 +411,8 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
     `values` picks the chart values that the target of a clusterSelector RayJob is rendered with (default: the
     chart's values.yaml); `chart` the chart (default: the values file's folder if it is a chart, else
     helm/raytrain-cluster); a values file given as a path outside any chart is rendered with that chart too.
-    `gates` the KubeRay operator's feature gates (default: v1.7.0's defaults).
+    `gates` the KubeRay operator's feature gates (default: v1.7.0's defaults). `kueue_queues` a YAML file of Kueue
+    ClusterQueues and LocalQueues: a queued RayJob or RayCluster is checked against its ClusterQueue's quota.
     """
     crd_dir = Path(crd_dir)
     try:
@@ -413,5 +420,14 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
             crd_validator(str(crd_dir), kind)
     except CRDError as exc:
         return [Problem(str(crd_dir), "", "", str(exc), "download the KubeRay v1.7.0 CRDs")]
+    queues = None
+    if kueue_queues is not None:
+        try:
+            queues = kueue.load_queues(Path(kueue_queues))
+        except kueue.QueuesFileError as exc:
+            message, fix = split_fix(str(exc).removeprefix(f"{kueue_queues}: "))
+            return [Problem(str(kueue_queues), "", "", message, fix if " Fix: " in str(exc) else
+                            "write ClusterQueues and LocalQueues as Kueue's documentation shows "
+                            "(examples/kueue/queues.yaml)")]
     sets, problems = collect_sets(paths, chart)
-    return problems + validate_sets(sets, crd_dir, values, chart, gates)
+    return problems + validate_sets(sets, crd_dir, values, chart, gates, queues)
