@@ -15,6 +15,8 @@ writes. One module per part over a small shared harness:
 - first_step: p3, submission to the first optimizer step (running cluster and cold)
 - recovery: p4, a worker node killed (SIGKILL) or its pod deleted (preStop drain, SIGTERM) to the next optimizer
   step, and the completed steps trained again, both side by side
+- sharded: p5, the sharded checkpointer's blocking time (synchronous against asynchronous saves) and each
+  worker's peak memory with FSDP2 against DDP, on the gpt preset's model in 2 gloo processes (no Ray)
 - scaling: 1 against 2 Ray Train workers on two worker nodes
 - gpu: ViT with bf16, Ray Train against raw torch, and MFU
 - probes: a model wrapper that records rank 0's first forward passes, or every one (runs inside a training job)

@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = BenchSettings()
     parser = argparse.ArgumentParser(
         prog="scripts/bench", description="measure raytrain against raw PyTorch: throughput, the product's own loop, "
-                                          "checkpoint reads, ingest, time to first step, recovery, scaling, GPU "
+                                          "checkpoint reads, ingest, time to first step, recovery, sharded "
+                                          "checkpoints and FSDP memory, scaling, GPU "
                                           "(JSON lines, results.json, bench.png)")
     parser.add_argument("parts", nargs="*", metavar="PART",
                         help=f"what to measure (default: all): {', '.join(ALL_PARTS)}")
@@ -74,6 +75,10 @@ def run_bench(s: BenchSettings, out: TextIO = sys.stdout, err: TextIO = sys.stde
             from bench.ckptread import bench_ckptread
 
             results.attempt("ckptread", lambda: results.emit(bench_ckptread(s, work, results.log)))
+        if "p5" in s.parts:
+            from bench.sharded import bench_sharded
+
+            results.attempt("p5", lambda: results.emit(bench_sharded(s, work, results.log)))
         if any(p in s.parts for p in CLUSTER_PARTS):
             results.attempt("cluster", lambda: run_cluster_parts(s, work, results))
         if "gpu" in s.parts:

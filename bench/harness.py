@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, TextIO, TypeVar
 
-ALL_PARTS = ("p1", "p2", "p1core", "ckptread", "p3", "p4", "scaling", "gpu")
+ALL_PARTS = ("p1", "p2", "p1core", "ckptread", "p3", "p4", "p5", "scaling", "gpu")
 TARGETS = {"p1_ratio": 0.97, "p2_wait_share": 0.05, "p3_running_s": 8.0, "p4_next_step_s": 10.0, "p1core_ratio": 0.97,
-           "ckptread_ratio": 2.0}
+           "ckptread_ratio": 2.0, "p5_blocked_ratio": 0.10}
 RESULTS_FILE = "results.json"
 # The directory that holds the bench package (it is not installed): processes and jobs started by the benchmark
 # get it on their import path, or a copy of the package in their working dir.
@@ -39,6 +39,10 @@ class BenchSettings:
     data_workers: int = 1  # DataLoader worker processes on the raw side (Ray Data runs its own tasks)
     p3_preset: str = "digits"
     p4_epochs: int = 8
+    p5_batch_size: int = 8  # global batch of the gpt preset's model in p5 (sequences of its block size)
+    p5_checkpoint_every: int = 2  # p5: steps between checkpoints
+    p5_checkpoints: int = 3  # p5: checkpoints per side and round
+    p5_memory_steps: int = 3  # p5: training steps per side and round for the peak memory
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def test_a_model_that_does_not_fit_the_data_is_named_before_ray(tmp_path, preset
         assert fragment in str(caught.value), str(caught.value)
 
 
-@pytest.mark.parametrize("preset", ["linear", "digits", "text-rnn", "streaming", "cifar10-vit"])
+@pytest.mark.parametrize("preset", ["linear", "digits", "text-rnn", "streaming", "cifar10-vit", "gpt"])
 def test_the_presets_fit_their_data(tmp_path, preset):
     cfg = load_config(preset, [f"run.storage_path={tmp_path}"], smoke=True)
     preflight.prepare_data(cfg)
@@ -92,3 +92,64 @@ def test_local_refuses_use_gpu_without_cuda():
         pytest.skip("this machine has a CUDA device: the refusal is for machines without one")
     with pytest.raises(ConfigError, match="scaling.use_gpu is true, but torch finds no CUDA device"):
         preflight.check_local_gpu(load_config("linear", ["scaling.use_gpu=true"]))
+
+
+@pytest.mark.parametrize("model, overrides, fragments", [
+    ("{_component_: torch.nn.Linear, in_features: 1, out_features: 1}", [],
+     ["scaling.strategy: fsdp shards a model by its submodules", "Linear has no submodule", "scaling.strategy: ddp"]),
+    ("{_component_: mlp}", ["scaling.fsdp_wrap=[Linaer]"],
+     ["scaling.fsdp_wrap: Linaer is not a module class of the model", "did you mean 'Linear'"]),
+])
+def test_a_model_fsdp_cannot_shard_is_named_before_ray(tmp_path, model, overrides, fragments):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: {model}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
+                    f"scaling: {{strategy: fsdp}}\n")
+    with pytest.raises(ConfigError) as caught:
+        preflight.check_model_builds(load_config(str(path), overrides))
+    message = str(caught.value)
+    assert message.startswith(str(path)) and "Fix:" in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+@pytest.mark.parametrize("wrap, units", [([], ["Linear", "Linear"]), (["torch.nn.modules.linear.Linear"], ["Linear"] * 2)])
+def test_fsdp_units_are_the_models_blocks_or_the_named_classes(tmp_path, wrap, units):
+    import torch
+
+    from raytrain import sharding
+
+    path = tmp_path / "job.yaml"
+    path.write_text("model: {_component_: mlp, layers: 1}\ndata: {_component_: raytrain.data.linear.Linear}\n"
+                    f"scaling: {{strategy: fsdp, fsdp_wrap: {wrap}}}\n")
+    cfg = load_config(str(path))
+    preflight.check_model_builds(cfg)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    assert [type(m).__name__ for m in sharding.units(model, sharding.unit_classes(model, wrap))] == units
+    blocks = torch.nn.Module()
+    blocks.layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(2, 2)) for _ in range(3)])
+    blocks.head = torch.nn.Linear(2, 1)
+    # the blocks of a ModuleList are the units (the head stays with the root), and a unit inside a unit is not one
+    assert len(sharding.units(blocks, sharding.unit_classes(blocks, []))) == 3
+
+
+def test_a_resume_with_the_other_checkpointer_is_refused_naming_the_setting(tmp_path):
+    import torch
+
+    from raytrain import runs
+    from raytrain.checkpoints import Position
+    from raytrain.resume import ResumeRefused
+    from raytrain.sharded_checkpoints import ShardedCheckpointer
+
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: {{_component_: mlp}}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
+                    f"run: {{storage_path: {tmp_path / 'runs'}, name: r}}\n")
+    cfg = load_config(str(path))
+    run_dir = tmp_path / "runs" / "r"
+    model = torch.nn.Linear(1, 1)
+    saver = ShardedCheckpointer(run_dir, asynchronous=False)
+    saver.save(Position(1), model, None, lambda: {"epoch": 1, "step": 0, "config": cfg.to_dict(), "extra": {}},
+               config=cfg.to_dict())
+    with pytest.raises(ResumeRefused) as caught:
+        preflight.check_resume(cfg, runs.Records(run_dir))
+    assert "a sharded checkpoint, but this config writes file ones" in str(caught.value)
+    assert "--set run.checkpointer=sharded" in str(caught.value)

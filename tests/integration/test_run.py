@@ -30,7 +30,7 @@ def result_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
 
 
-def test_linear_reaches_its_bound_a_rerun_resumes_and_a_corrupted_newest_checkpoint_falls_back(tmp_path):
+def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint_that_loads(tmp_path):
     done = run("run", "linear", "--storage", str(tmp_path), "--name", "lin")
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "lin"
@@ -40,23 +40,18 @@ def test_linear_reaches_its_bound_a_rerun_resumes_and_a_corrupted_newest_checkpo
     assert result["resumed_from_epoch"] is None
     assert "epoch 60/60" in done.stdout and "succeeded: 60 epochs" in done.stdout
 
-    again = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--set", "train.epochs=64")
-    assert again.returncode == 0, again.stderr[-3000:]
-    checks.assert_run_completed(run_dir, 64)  # each epoch 1..64 exactly once
-    result = result_of(run_dir)
-    assert result["resumed_from_epoch"] == 60 and result["metrics"]["train_loss"] <= 0.09
-    assert checks.starts(run_dir)[-1]["start_epoch"] == 61
-
-    # The newest checkpoint (64) is damaged: the next start says so and resumes from the one before (60).
-    assert checks.checkpoint_epochs(run_dir)[-2:] == [60, 64]
-    newest = next(run_dir.glob("checkpoint_epoch000064_*"))
+    # A re-run resumes; here the newest checkpoint (60) is damaged, so it says so and resumes from the one before
+    # (55). (A re-run from an intact newest checkpoint is what every other resume test meets.)
+    assert checks.checkpoint_epochs(run_dir)[-2:] == [55, 60]
+    newest = next(run_dir.glob("checkpoint_epoch000060_*"))
     (newest / "state.pt").write_bytes(b"half a checkpoint")
-    third = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--set", "train.epochs=66")
-    assert third.returncode == 0, third.stderr[-3000:]
-    assert "unreadable" in third.stdout + third.stderr and "falling back" in third.stdout + third.stderr
-    checks.assert_run_completed(run_dir, 66)  # the redone epochs 61-64 are recorded once
-    assert result_of(run_dir)["resumed_from_epoch"] == 60
-    assert checks.starts(run_dir)[-1]["start_epoch"] == 61
+    again = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--set", "train.epochs=62")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "unreadable" in again.stdout + again.stderr and "falling back" in again.stdout + again.stderr
+    checks.assert_run_completed(run_dir, 62)  # the redone epochs 56-60 are recorded once
+    result = result_of(run_dir)
+    assert result["resumed_from_epoch"] == 55 and result["metrics"]["train_loss"] <= 0.09
+    assert checks.starts(run_dir)[-1]["start_epoch"] == 56
 
 
 def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):

@@ -65,7 +65,9 @@ class Loaded:
 
 
 class Checkpointer(Protocol):
-    """What the Session asks of a checkpointer; the run control fences every commit."""
+    """What the Session asks of the single-file checkpointer; the run control fences every commit. The sharded one
+    (raytrain.sharded_checkpoints) saves from the model and optimizer themselves on every worker and loads into
+    them, and commits and prunes the same way."""
 
     def save(self, position: Position, state: Callable[[], dict], *, writer: bool) -> Optional[Path]:
         """Called by every worker at the same step. `state` builds this worker's state (called only where it is
@@ -154,8 +156,15 @@ def read_meta(directory: Path) -> dict:
         meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise CheckpointUnreadable(f"{META_FILE} missing or invalid ({err.__class__.__name__})") from None
-    if not isinstance(meta, dict) or not (isinstance(meta.get("sha256"), str) or is_directory_manifest(meta)):
+    if not isinstance(meta, dict) or not (isinstance(meta.get("sha256"), str) or is_directory_manifest(meta)
+                                          or is_sharded_manifest(meta)):
         raise CheckpointUnreadable(f"{META_FILE} is not a checkpoint's metadata")
+    for key in ("epoch", "step"):
+        value = meta.get(key, 0 if key == "step" else None)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise CheckpointUnreadable(f"{META_FILE}'s {key} is {value!r}, not a count")
+    if not isinstance(meta.get("epoch"), int):
+        raise CheckpointUnreadable(f"{META_FILE} names no epoch")
     return meta
 
 
@@ -165,6 +174,21 @@ def is_directory_manifest(meta: dict) -> bool:
     return isinstance(files, dict) and all(
         isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("size"), int)
         for entry in files.values())
+
+
+def is_sharded_manifest(meta: dict) -> bool:
+    """A sharded checkpoint's manifest (raytrain.sharded_checkpoints): files under the checkpoint, each with its size
+    (and a sha256 where one was computed as it was written)."""
+    files = meta.get("files")
+    return meta.get("kind") == "sharded" and isinstance(files, dict) and all(
+        isinstance(entry, dict) and isinstance(entry.get("size"), int) for entry in files.values())
+
+
+def _listed_files(directory: Path, meta: dict) -> dict[str, tuple[Path, dict]]:
+    """{name as the manifest says it: (path, entry)} of a directory or sharded checkpoint's manifest."""
+    base = directory if is_sharded_manifest(meta) else directory / DATA_DIR
+    prefix = "" if is_sharded_manifest(meta) else f"{DATA_DIR}/"
+    return {f"{prefix}{name}": (base / name, entry) for name, entry in meta["files"].items()}
 
 
 def _file_digest(path: Path) -> str:
@@ -228,14 +252,15 @@ def incomplete_reason(directory: Path) -> Optional[str]:
         meta = read_meta(directory)
     except CheckpointUnreadable as why:
         return str(why)
-    if is_directory_manifest(meta):
-        for name, entry in meta["files"].items():
-            path = directory / DATA_DIR / name
+    if is_directory_manifest(meta) or is_sharded_manifest(meta):
+        for name, (path, entry) in _listed_files(directory, meta).items():
+            if ".." in Path(name).parts or Path(name).is_absolute():
+                return f"its manifest names {name}, outside the checkpoint"
             size = path.stat().st_size if path.is_file() else None
             if size is None:
-                return f"{DATA_DIR}/{name} is missing"
+                return f"{name} is missing"
             if size != entry["size"]:
-                return f"{DATA_DIR}/{name} holds {size} bytes, its manifest says {entry['size']}"
+                return f"{name} holds {size} bytes, its manifest says {entry['size']}"
         return None
     state_path = directory / STATE_FILE
     size = state_path.stat().st_size if state_path.is_file() else None
@@ -250,16 +275,19 @@ def verify_hash(directory: Path) -> None:
     """Read state.pt once and check it against its manifest's sha256: CheckpointUnreadable if it differs. The
     driver does this for the one checkpoint a start resumes from (its workers' rank 0 reads it once more to load)."""
     meta = read_meta(directory)
-    if is_directory_manifest(meta):
-        for name, entry in meta["files"].items():
+    if is_directory_manifest(meta) or is_sharded_manifest(meta):
+        why = incomplete_reason(directory)  # a sharded checkpoint's shards are checked by size (see its module)
+        if why is not None:
+            raise CheckpointUnreadable(why)
+        for name, (path, entry) in _listed_files(directory, meta).items():
+            if not isinstance(entry.get("sha256"), str):
+                continue
             try:
-                found = _file_digest(directory / DATA_DIR / name)
+                found = _file_digest(path)
             except OSError as err:
-                raise CheckpointUnreadable(f"{DATA_DIR}/{name} cannot be read "
-                                           f"({err.strerror or err.__class__.__name__})") from None
+                raise CheckpointUnreadable(f"{name} cannot be read ({err.strerror or err.__class__.__name__})") from None
             if found != entry["sha256"]:
-                raise CheckpointUnreadable(f"{DATA_DIR}/{name} does not match the hash in {META_FILE} (truncated or "
-                                           f"corrupted)")
+                raise CheckpointUnreadable(f"{name} does not match the hash in {META_FILE} (truncated or corrupted)")
         return
     digest = hashlib.sha256()
     try:
@@ -286,6 +314,10 @@ def load(directory: Path) -> Loaded:
     state.pt that loads is verified another way: the state loads and names its own position (the warning says so).
     Anything else is CheckpointUnreadable, saying why."""
     state_path = directory / STATE_FILE
+    if not state_path.exists() and (directory / "shards").is_dir():
+        raise CheckpointUnreadable("a sharded checkpoint (shards/, written by every worker): the single-file "
+                                   "checkpointer cannot load it. Fix: resume with run.checkpointer: sharded (or auto "
+                                   "with scaling.strategy: fsdp)")
     if not state_path.exists() and (directory / DATA_DIR).is_dir():
         raise CheckpointUnreadable(f"a directory checkpoint (a Ray Train function's files under {DATA_DIR}/): "
                                    f"raytrain.Session loops cannot load it; a Ray Train function gets it from "
@@ -308,6 +340,14 @@ def load(directory: Path) -> Loaded:
         return Loaded(directory, _torch_load(data))
     except Exception as err:
         raise CheckpointUnreadable(f"{STATE_FILE} cannot be loaded ({err.__class__.__name__})") from None
+
+
+def kind_of(directory: Path) -> str:
+    """Which checkpointer wrote a committed checkpoint: "sharded", or "file" (a state.pt or a directory checkpoint)."""
+    try:
+        return "sharded" if is_sharded_manifest(read_meta(directory)) else "file"
+    except CheckpointUnreadable:
+        return "sharded" if (directory / "shards").is_dir() else "file"
 
 
 def position_of(directory: Path) -> Position:

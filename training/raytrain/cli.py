@@ -219,6 +219,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from raytrain.export import export
+
+    source, out = export(Path(args.run_dir), Path(args.out) if args.out else None)
+    console.info("export", f"exported {source.name} to {out}", checkpoint=str(source), file=str(out))
+    return EXIT_OK
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from raytrain.config import PRESETS_DIR, preset_names
 
@@ -438,6 +446,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="FILE.png", help="the PNG (the HTML page goes beside it; default: "
                                                           "RUN_DIR/report.png for one directory, else ./report.png)")
     report.set_defaults(func=cmd_report)
+
+    export = sub.add_parser("export", help="the newest checkpoint's model as one file for serving (sharded ones "
+                                           "consolidated)")
+    export.add_argument("run_dir", metavar="RUN_DIR", help="STORAGE/NAME of a run")
+    export.add_argument("--out", metavar="FILE.pt", help="default: RUN_DIR/exported/model_epoch<E>[_step<S>].pt")
+    export.set_defaults(func=cmd_export)
 
     presets = sub.add_parser("presets", help="list the built-in run configs")
     presets.set_defaults(func=cmd_presets)

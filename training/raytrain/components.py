@@ -39,6 +39,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "small_cnn": "raytrain.models.small_cnn",
         "vit": "raytrain.models.vit",
         "text_rnn": "raytrain.models.text_rnn",
+        "gpt": "raytrain.models.gpt",
     },
     "data": {
         "linear": "raytrain.data.linear.Linear",
@@ -47,6 +48,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "cifar10": "raytrain.data.cifar10.CIFAR10",
         "text": "raytrain.data.text.Text",
         "streaming": "raytrain.data.streaming.Streaming",
+        "chartext": "raytrain.data.chartext.CharText",
     },
     "loop": {"default": "raytrain.loop.train_loop"},
     "loss": {
@@ -54,6 +56,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "mse": "torch.nn.functional.mse_loss",
         "l1": "torch.nn.functional.l1_loss",
         "nll": "torch.nn.functional.nll_loss",
+        "next_token_cross_entropy": "raytrain.nets.next_token_cross_entropy",
     },
 }
 

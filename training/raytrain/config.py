@@ -71,6 +71,14 @@ class ScalingSection:
     # auto: fit the workers into the cluster, <= 1 each
     cpus_per_worker: Union[Literal["auto"], Annotated[float, Field(gt=0, allow_inf_nan=False)]] = "auto"
     gpus_per_worker: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # only with use_gpu
+    # ddp: every worker holds the whole model (DistributedDataParallel); fsdp: parameters, gradients and optimizer
+    # state sharded over the workers (FSDP2, for models one worker cannot hold; raytrain.sharding)
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    # fsdp: module classes (names or import paths) sharded as their own units; [] = the blocks in the model's
+    # nn.ModuleLists (a transformer's layers), else its direct children with parameters
+    fsdp_wrap: list[str] = field(default_factory=list)
+    fsdp_reshard_after_forward: bool = True  # free each unit's gathered parameters after its forward (less memory)
+    activation_checkpointing: bool = False  # recompute those units' activations in backward (less memory, ~1/3 slower)
 
 
 @dataclass
@@ -82,6 +90,10 @@ class RunSection:
     checkpoint_every_steps: NonNegative = 0  # every N optimizer steps
     checkpoint_every_s: FiniteNonNegative = 0.0  # every N seconds of training
     keep_checkpoints: Positive = 2  # newest N kept; >= 2 lets a corrupt newest fall back to the one before
+    # file: rank 0 writes the whole state into one state.pt; sharded: every worker writes its shards
+    # (torch.distributed.checkpoint), resumable on another worker count; auto: sharded with scaling.strategy fsdp
+    checkpointer: Literal["auto", "file", "sharded"] = "auto"
+    async_checkpoint: bool = True  # sharded: training goes on while a checkpoint is written (at most one in flight)
     log_every_steps: NonNegative = 0  # a row in steps.jsonl every N optimizer steps (rank 0's loss); 0 = off
     max_failures: Annotated[int, Field(ge=-1)] = 3  # worker-group restarts before the run fails; -1 = unlimited
 
@@ -158,6 +170,13 @@ class RunConfig:
     @property
     def per_worker_batch_size(self) -> int:  # per optimizer step (micro-batches: / train.grad_accum_steps)
         return self.train.batch_size // self.scaling.num_workers
+
+    @property
+    def checkpointer(self) -> str:
+        """The checkpointer this run writes with: file or sharded (run.checkpointer, auto resolved)."""
+        if self.run.checkpointer != "auto":
+            return self.run.checkpointer
+        return "sharded" if self.scaling.strategy == "fsdp" else "file"
 
     @property
     def classification(self) -> bool:
@@ -371,11 +390,12 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
                  import_user_code)
     if (source_class is not None and loss.path in CLASSIFICATION_LOSSES
             and components.canonical_path(source_class.default_loss, "loss") not in CLASSIFICATION_LOSSES):
-        # cross_entropy over one regression output is log_softmax of one value: 0 whatever the model does
-        raise ConfigError(f"{where('train.loss')}: train.loss: {loss.path} is a classification loss, but "
-                          f"{data_component.path} is regression data (one real-valued target per sample): the loss "
-                          f"would be 0 and nothing would train. Fix: use {source_class.default_loss} (its default), "
-                          f"or leave train.loss unset.")
+        # cross_entropy over one regression output is log_softmax of one value: 0 whatever the model does; over a
+        # language model's [B, T, V] logits it takes the positions for the classes
+        raise ConfigError(f"{where('train.loss')}: train.loss: {loss.path} is a classification loss (one class per "
+                          f"sample), but {data_component.path} is not classification data (regression data: one "
+                          f"real-valued target per sample; text: one target token per position): nothing would "
+                          f"train. Fix: use {source_class.default_loss} (its default), or leave train.loss unset.")
     data = None
     if data_component is not None:
         loaders = source_class.loaders if source_class else ("torch", "ray")
@@ -529,6 +549,19 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
 
     if TRAIN_LOOP_CONFIG not in cfg.loop.kwargs:  # a Ray Train function batches its own data
         _check_batches(t, s, fail)
+    else:  # a Ray Train function wraps its own model and reports its own checkpoints
+        for key, value, default in (("scaling.strategy", s.strategy, "ddp"),
+                                    ("run.checkpointer", r.checkpointer, "auto")):
+            if value != default:
+                fail(key, f"'{value}' applies to raytrain.Session loops; a Ray Train function prepares its model and "
+                          f"reports its checkpoints itself", f"drop {key} (or set it to {default}), and shard the "
+                                                             f"model inside the function")
+    if s.strategy == "fsdp" and t.mixed_precision == "fp16":
+        fail("train.mixed_precision", "fp16 with scaling.strategy fsdp needs a sharded gradient scaler, which "
+             "raytrain does not provide", "use bf16 (or auto: bf16 on GPU), or scaling.strategy ddp")
+    if s.fsdp_wrap and s.strategy != "fsdp" and not s.activation_checkpointing:
+        fail("scaling.fsdp_wrap", "names FSDP units but scaling.strategy is ddp", "set scaling.strategy: fsdp, or "
+             "drop scaling.fsdp_wrap")
     if not s.use_gpu and t.mixed_precision in ("bf16", "fp16"):
         fail(
             "train.mixed_precision",

@@ -42,6 +42,7 @@ class LocalTrainer:
         session.start()
         try:
             components.instantiate(cfg.loop, session)
+            session.wait_for_checkpoint()  # the last one committed before the attempt writes its result
         except AttemptEnded as ended:
             if ended.ending is Ending.STOPPED:
                 return  # checkpointed at this step; the attempt writes "stopped"

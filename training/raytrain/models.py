@@ -60,3 +60,14 @@ def text_rnn(vocab_size: Annotated[int, Field(ge=3)] = 20000, embedding_dim: Pos
     from raytrain import nets
 
     return nets.TextRNN(vocab_size, embedding_dim, hidden_dim, n_layers, bidirectional, dropout, num_classes, cell)
+
+
+def gpt(vocab_size: Annotated[int, Field(ge=2)] = 256, block_size: Positive = 128, n_layers: Positive = 6,
+        n_heads: Positive = 6, d_model: Positive = 384, dropout: Dropout = 0.0) -> "nn.Module":
+    """A decoder-only transformer language model (pre-LayerNorm); block_size is the longest sequence it takes."""
+    if d_model % n_heads:
+        raise ValueError(f"n_heads {n_heads} does not divide d_model {d_model}; choose n_heads that divides d_model "
+                         f"(e.g. 6 for 384) or a d_model that is a multiple of n_heads")
+    from raytrain import nets
+
+    return nets.GPT(vocab_size, block_size, n_layers, n_heads, d_model, dropout)

@@ -51,7 +51,7 @@ def check_model_builds(cfg: RunConfig) -> None:
         return
     try:
         with torch.device("meta"):
-            build_model(cfg)
+            model = build_model(cfg)
     except ConfigError:
         raise
     except Exception as err:
@@ -62,6 +62,10 @@ def check_model_builds(cfg: RunConfig) -> None:
         raise ConfigError(f"{cfg.source}: model: {cfg.model.path}({_kwargs(cfg.model.kwargs)}) cannot be built: "
                           f"{err.__class__.__name__}: {message}{components.innermost_site(err)}. Fix: correct the "
                           f"model section's values.") from None
+    if cfg.scaling.strategy == "fsdp" or cfg.scaling.activation_checkpointing:
+        from raytrain import sharding
+
+        sharding.check_units(model, cfg)  # FSDP units (and recomputed ones) are modules of the model
 
 
 def _sample_pair(cfg: RunConfig):
@@ -178,6 +182,13 @@ def check_resume(cfg: RunConfig, records: runs.Records) -> resume.ResumePlan:
     from raytrain.raytrain_script import resume_rules
 
     plan = resume.plan(run_dir, cfg.to_dict(), warn, resume_rules(cfg), checkpointer)
+    if plan.checkpoint is not None and checkpoints.kind_of(plan.checkpoint) != cfg.checkpointer:
+        written = checkpoints.kind_of(plan.checkpoint)
+        raise resume.ResumeRefused(
+            f"run {run_dir.name} resumes from {plan.checkpoint.name}, a {written} checkpoint, but this config writes "
+            f"{cfg.checkpointer} ones (run.checkpointer: {cfg.run.checkpointer}, scaling.strategy: "
+            f"{cfg.scaling.strategy}), which cannot load it. Fix: resume with --set run.checkpointer={written}, or "
+            f"train the new setup under another --name.")
     lost = resume.missing_rows(run_dir, plan.epoch) if plan.checkpoint is not None else []
     if lost:
         warn(f"{run_dir / runs.METRICS_FILE} lacks the rows of epoch(s) {_ranges(lost)}, which the checkpoint "

@@ -49,7 +49,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from raytrain import build, checkpoints, components, raytrain_script, resume, runs
+from raytrain import build, checkpoints, components, raytrain_script, resume, runs, sharding
 from raytrain.checkpoints import Position
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DataContext, data_context
@@ -78,7 +78,16 @@ class Session(ABC):
         self.run_dir = Path(run_dir)
         self.control = control
         self.records = runs.Records(self.run_dir, control)
-        self.checkpointer = checkpoints.FileCheckpointer(self.run_dir, control, keep=config.run.keep_checkpoints)
+        # The run config chooses (run.checkpointer): rank 0 writes one state.pt, or every worker its shards.
+        self.sharded = config.checkpointer == "sharded"
+        self.checkpointer: Any
+        if self.sharded:
+            from raytrain.sharded_checkpoints import ShardedCheckpointer
+
+            self.checkpointer = ShardedCheckpointer(self.run_dir, control, keep=config.run.keep_checkpoints,
+                                                    rank=self.rank, asynchronous=config.run.async_checkpoint)
+        else:
+            self.checkpointer = checkpoints.FileCheckpointer(self.run_dir, control, keep=config.run.keep_checkpoints)
         self.resumed_from_epoch: Optional[int] = None
         self._resume_step = 0
         self._datasets: Optional[dict] = None
@@ -132,7 +141,8 @@ class Session(ABC):
 
     @abstractmethod
     def prepare_model(self, model: "nn.Module") -> "nn.Module":
-        """Move to the device and wrap for data parallelism where there are several workers."""
+        """Move to the device and wrap for data parallelism (scaling.strategy: DDP, or FSDP2's fully_shard), with
+        scaling.activation_checkpointing applied."""
 
     @property
     def loss_fn(self) -> Callable:
@@ -225,6 +235,7 @@ class Session(ABC):
             self._end(decision.ending, decision.reason)
 
     def _end(self, ending: Ending, reason: str) -> None:
+        self.wait_for_checkpoint()  # the checkpoint just taken commits before the attempt (or group) ends
         if ending is Ending.DRAINING and self.is_rank_zero:
             self.records.append_event("drain", message=reason)
         raise AttemptEnded(ending, reason)
@@ -244,7 +255,12 @@ class Session(ABC):
         """Load the newest checkpoint that loads into model/optimizer/stateful objects; returns the first epoch to
         train (1 when there is none). Metrics rows past the restored position are dropped: they train again."""
         warnings: list[str] = []
-        loaded = self._load_newest(warnings.append)
+        if self.sharded:  # every worker reads its own shards, straight into model and optimizer
+            loaded = self.checkpointer.load_newest(warnings.append, model, optimizer)
+        else:
+            loaded = self._load_newest(warnings.append)
+            if loaded is not None:
+                self._load_state(loaded.state, model, optimizer)
         if loaded is None and self.checkpointer.latest():
             # The driver checked that one loads before the start; never train over them from scratch silently.
             raise CheckpointsUnloadable(f"run directory {self.run_dir} has checkpoints but none of them loads: "
@@ -253,9 +269,7 @@ class Session(ABC):
         applied: dict = {}
         if loaded is not None:
             state = loaded.state
-            unwrap(model).load_state_dict(state["model"])
-            if optimizer is not None and state.get("optimizer") is not None:
-                optimizer.load_state_dict(state["optimizer"])
+            if optimizer is not None and (self.sharded or state.get("optimizer") is not None):
                 # What the loop hands to raytrain (applied_on_resume) and this run's config changed, trains now.
                 applied = resume.applied_changes(state.get("config") or {}, self.config.to_dict(),
                                                  resume.rules_of(self.config.loop.target))
@@ -269,8 +283,11 @@ class Session(ABC):
             for message in warnings:
                 self.records.append_event("warning", message=message)
             if loaded is not None:
+                written_by = loaded.state.get("world_size")
+                resharded = {"resharded_from": written_by} if written_by and written_by != self.world_size else {}
                 self.records.append_event("restored", checkpoint=loaded.path.name, epoch=self.resumed_from_epoch,
-                                          step=self._resume_step, applied={k: new for k, (_, new) in applied.items()})
+                                          step=self._resume_step, applied={k: new for k, (_, new) in applied.items()},
+                                          **resharded)
                 self.records.truncate_metrics(self.resumed_from_epoch, self._resume_step)
         self._tracked = (model, optimizer, stateful)
         self._announce()
@@ -278,6 +295,24 @@ class Session(ABC):
 
     def _load_newest(self, warn: Callable[[str], None]) -> Optional[checkpoints.Loaded]:
         return self.checkpointer.load_newest(warn)
+
+    def _load_state(self, state: dict, model: "nn.Module", optimizer: Any) -> None:
+        """A single-file checkpoint's model and optimizer state into this worker's."""
+        if _by_name(self.config, model):
+            sharding.load_model_state(model, state["model"], full=True)
+        else:
+            unwrap(model).load_state_dict(state["model"])
+        if optimizer is None or state.get("optimizer") is None:
+            return
+        if state.get("optimizer_by_name"):
+            sharding.load_optimizer_state(model, optimizer, state["optimizer"], full=True)
+        elif sharding.is_sharded(model):
+            raise CheckpointsUnloadable(f"run directory {self.run_dir}: its newest checkpoint holds the optimizer "
+                                        f"state of a DDP run, which does not load into a model sharded with "
+                                        f"scaling.strategy fsdp. Fix: resume with scaling.strategy: ddp, or train "
+                                        f"under a new --name.")
+        else:
+            optimizer.load_state_dict(state["optimizer"])
 
     def report(self, epoch: int, metrics: Mapping[str, Any], *, model: "nn.Module", optimizer: Any = None,
                **stateful: Any) -> None:
@@ -312,18 +347,43 @@ class Session(ABC):
                                       **{k: _plain_number(v) for k, v in metrics.items()}})
 
     def _checkpoint(self, position: Position, model: "nn.Module", optimizer: Any, stateful: dict) -> None:
-        """Every worker at the same step: rank 0 writes (the single-file checkpointer)."""
-        self.checkpointer.save(position, lambda: self._state(position, model, optimizer, stateful),
-                               writer=self.is_rank_zero, config=self.config.to_dict())
+        """Every worker at the same step: the single-file checkpointer's rank 0 writes; the sharded one's every
+        worker writes its shards (asynchronously unless run.async_checkpoint is false)."""
+        config = self.config.to_dict()
+        if self.sharded:
+            self.checkpointer.save(position, model, optimizer, lambda: self._small_state(position, stateful),
+                                   config=config)
+        elif sharding.is_sharded(model):  # gathering a sharded model's full state is every worker's collective
+            state = self._state(position, model, optimizer, stateful)
+            self.checkpointer.save(position, lambda: state, writer=self.is_rank_zero, config=config)
+        else:
+            self.checkpointer.save(position, lambda: self._state(position, model, optimizer, stateful),
+                                   writer=self.is_rank_zero, config=config)
         if self._steps is not None:
             self._steps.checkpointed()
         self._checkpointed()
 
-    def _state(self, position: Position, model: "nn.Module", optimizer: Any, stateful: dict) -> dict:
-        return {"model": unwrap(model).state_dict(),
-                "optimizer": optimizer.state_dict() if optimizer is not None else None,
-                "epoch": position.epoch, "step": position.step, "config": self.config.to_dict(),
+    def wait_for_checkpoint(self) -> None:
+        """The checkpoint in flight (the sharded checkpointer's asynchronous write) committed, or its failure raised:
+        the entry calls this when the loop ends or the attempt stops."""
+        if self.sharded:
+            self.checkpointer.wait()
+
+    def _small_state(self, position: Position, stateful: dict) -> dict:
+        return {"epoch": position.epoch, "step": position.step, "config": self.config.to_dict(),
                 "extra": {name: obj.state_dict() for name, obj in stateful.items()}}
+
+    def _state(self, position: Position, model: "nn.Module", optimizer: Any, stateful: dict) -> dict:
+        by_name = _by_name(self.config, model)
+        if optimizer is None:
+            optimizer_state = None
+        elif sharding.is_sharded(model):
+            optimizer_state = sharding.optimizer_state(model, optimizer, full=True)
+        else:
+            optimizer_state = optimizer.state_dict()
+        return {"model": sharding.model_state(model, full=True) if by_name else unwrap(model).state_dict(),
+                "optimizer": optimizer_state, "optimizer_by_name": sharding.is_sharded(model),
+                **self._small_state(position, stateful)}
 
     # Telemetry hooks (a Ray Train worker exports live metrics; a local run has nowhere to send them).
     def _started(self, start_epoch: int) -> None: ...
@@ -338,6 +398,12 @@ class Session(ABC):
 
 class CheckpointsUnloadable(RaytrainError):
     """A worker found committed checkpoints none of which loads (the driver's check passed before the start)."""
+
+
+def _by_name(cfg: RunConfig, model: "nn.Module") -> bool:
+    """Whether the model's state goes through torch.distributed.checkpoint's state-dict API (a sharded model, or
+    wrapped units whose own state_dict() keys carry the wrapper's prefix) rather than its own state_dict()."""
+    return sharding.is_sharded(model) or cfg.scaling.activation_checkpointing
 
 
 _plain_number = runs.plain_number  # metrics values as plain JSON numbers
@@ -357,12 +423,12 @@ class RayTrainSession(Session):
         import ray.train.torch
         import torch
 
-        # This worker's commits stop once its attempt's lease is taken over.
-        super().__init__(config, run_dir, WorkerControl(run_dir, lease_token) if lease_token else UNFENCED)
         context = ray.train.get_context()
         self.rank = context.get_world_rank()
         self.world_size = context.get_world_size()
         self.local_rank = context.get_local_rank()
+        # This worker's commits stop once its attempt's lease is taken over.
+        super().__init__(config, run_dir, WorkerControl(run_dir, lease_token) if lease_token else UNFENCED)
         self.local_batch_size = config.per_worker_batch_size
         self._device = ray.train.torch.get_device()
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
@@ -397,7 +463,9 @@ class RayTrainSession(Session):
     def prepare_model(self, model: "nn.Module") -> "nn.Module":
         import ray.train.torch
 
-        return ray.train.torch.prepare_model(model)
+        if self.config.scaling.strategy == "fsdp":
+            return sharding.fully_shard_model(model, self.config, self.device, self.world_size)
+        return ray.train.torch.prepare_model(sharding.wrap_activation_checkpointing(model, self.config))
 
     def _load_datasets(self) -> dict:
         if self.config.data is None or self.config.data.loader != "ray":
@@ -466,11 +534,14 @@ def worker_entry(loop_config: dict) -> None:
         else:
             components.instantiate(cfg.loop, session)
     except AttemptEnded as ended:
+        if ended.ending is not Ending.LEASE_LOST:
+            session.wait_for_checkpoint()
         if ended.ending is Ending.DRAINING:
             # A worker failure for Ray Train, which starts a new group on the nodes left; it resumes from the
             # checkpoint just taken.
             raise NodeDraining(ended.reason) from None
         return  # checkpointed (unless the lease was lost); the driver writes the result
+    session.wait_for_checkpoint()
     session.finished()
 
 
@@ -498,7 +569,8 @@ class LocalSession(Session):
         return self._device
 
     def prepare_model(self, model: "nn.Module") -> "nn.Module":
-        return model.to(self.device)
+        # One process: nothing to shard over (scaling.strategy applies on Ray Train); the same units recompute.
+        return sharding.wrap_activation_checkpointing(model, self.config).to(self.device)
 
     def _load_datasets(self) -> dict:
         if self.config.data is None:
