@@ -92,7 +92,8 @@ def test_the_worker_trains_a_tiny_model_and_checkpoints_or_counts_its_tensors(tm
     params = {"rank": 0, "world": 1, "port": sharded.free_port(), "mode": mode, "preset": "gpt", "smoke": True,
               "batch_size": 2, "threads": 1, "steps": 4, "every": 2, "run_dir": str(tmp_path / "run")}
     got = sharded.p5_worker(params)
-    assert len(got["step_s"]) == 4 and got["max_rss_mib"] >= got["rss_before_model_mib"] > 0
+    # The kernel's RSS counters are per-CPU and batched: ru_maxrss and a VmRSS read earlier may differ by a little.
+    assert len(got["step_s"]) == 4 and got["max_rss_mib"] >= got["rss_before_model_mib"] - 4 > 0
     if mode == "async":
         assert len(got["blocked_s"]) == 2 and got["committed"] == 2
         assert all(size > 4 * got["n_params"] for size in got["checkpoint_bytes"])  # the weights and AdamW's state
