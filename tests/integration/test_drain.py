@@ -53,6 +53,7 @@ class RayTrainWorker:
     def watch(self, marker, stop, timeout):
         import os
         from raytrain.drain import node_draining
+        open(marker + ".watching", "w").close()  # this actor's process runs (and bears its title) from here on
         began = time.monotonic()
         while time.monotonic() - began < timeout and not os.path.exists(stop):
             if node_draining():
@@ -104,7 +105,12 @@ def test_a_deleted_worker_pod_drains_its_node_and_its_workers_end_before_the_gra
                                str(tmp_path)], env=cluster.node_env(cluster.head), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_line(driver, "watching")
-        time.sleep(2)  # both watchers in their loop
+        # Both actors are in their loop: on a loaded machine an actor's process can start seconds after the call
+        # (and a hook that finds no Ray Train worker on its node rightly does not wait).
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"{name}.drained.watching").exists() for name in ips):
+            assert time.monotonic() < deadline and driver.poll() is None, "the watchers never started"
+            time.sleep(0.1)
         deleted = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "raytrain.cli", "cluster", "delete-node", cluster.run_id,
                                "worker-0"], capture_output=True, text=True, timeout=GRACE_S + 30, cwd=REPO)
