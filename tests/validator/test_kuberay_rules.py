@@ -19,6 +19,7 @@ import yaml
 from raytrain.validator.kuberay import (DEFAULT_FEATURE_GATES, FeatureGateError, FeatureGates, check_cel,
                                          check_kuberay, parse_generic_version)
 from raytrain.validator.validate import Doc, validate_paths
+from tests.support.patch import DELETE, patched
 
 CLUSTER = yaml.safe_load("""
 apiVersion: ray.io/v1
@@ -61,7 +62,6 @@ W0 = "spec.workerGroupSpecs[0]"
 HEAD_C = "spec.headGroupSpec.template.spec.containers[0]"
 JW0 = "spec.rayClusterSpec.workerGroupSpecs[0]"
 JHEAD = "spec.rayClusterSpec.headGroupSpec"
-DELETE = "__delete__"
 FT = {"redisAddress": "redis:6379"}
 COLLECTOR = {"image": "registry.example/collector:1", "env": [{"name": "STORAGE_BACKEND", "value": "S3"},
                                                               {"name": "S3_REGION", "value": "eu-west-1"}]}
@@ -82,26 +82,6 @@ class Case:
     words: str  # ... and words of its message or fix
     gates: str = ""  # --feature-gates for both
     allowed_gates: str | None = None  # for the neighbour, when a gate is what allows it
-
-
-def _path(text: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", text)]
-
-
-def patched(base: dict, patch: dict) -> dict:
-    obj = copy.deepcopy(base)
-    for dotted, value in patch.items():
-        *parents, last = _path(dotted)
-        node = obj
-        for key in parents:
-            node = node.setdefault(key, {}) if isinstance(node, dict) else node[key]
-        if value == DELETE:
-            del node[last]
-        elif isinstance(node, list) and last == len(node):
-            node.append(copy.deepcopy(value))
-        else:
-            node[last] = copy.deepcopy(value)
-    return obj
 
 
 def validate_obj(tmp_path, obj: dict, gates: str = "", crd_dir=None):

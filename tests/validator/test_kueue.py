@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,12 @@ from raytrain.validator.kueue import QUEUE_LABEL, QueuesFileError, load_queues, 
 from raytrain.validator.problems import Doc
 from raytrain.validator.render import render_chart
 from raytrain.validator.validate import validate_paths
+from tests.support.patch import DELETE, patched as support_patched
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "raytrain-cluster"
 QUEUES = REPO / "examples" / "kueue" / "queues.yaml"
 CHOSEN = REPO / "tests" / "support" / "chosen-values.yaml"
-DELETE = "__delete__"
 Q = {"metadata.labels": {QUEUE_LABEL: "team-a"}}
 
 GROUP = {"groupName": "cpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 2, "rayStartParams": {},
@@ -44,25 +43,8 @@ SELECTOR_JOB = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name"
                 "spec": {"entrypoint": "python -c 'print(1)'", "clusterSelector": {"ray.io/cluster": "rc"}}}
 
 
-def _path(text: str) -> list:
-    # a label key holds dots: metadata.labels[kueue.x-k8s.io/queue-name] is written as one key after 'labels'
-    return [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", text)]
-
-
 def patched(base: dict, patch: dict) -> dict:
-    obj = copy.deepcopy(base)
-    for dotted, value in patch.items():
-        *parents, last = _path(dotted)
-        node = obj
-        for key in parents:
-            node = node.setdefault(key, {}) if isinstance(node, dict) else node[key]
-        if value == DELETE:
-            del node[last]
-        elif isinstance(node, dict) and isinstance(value, dict) and isinstance(node.get(last), dict):
-            node[last] = {**node[last], **copy.deepcopy(value)}
-        else:
-            node[last] = copy.deepcopy(value)
-    return obj
+    return support_patched(base, patch, merge_mappings=True)  # a mapping given for a mapping adds to it
 
 
 def validate_obj(tmp_path, obj: dict, crd_dir, queues: Path | None = None):
