@@ -40,6 +40,7 @@ from raytrain.runcontrol import UNFENCED, Control
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 DATA_DIR = "data"  # a directory checkpoint's files, as the function reported them
+SHARDS_DIR = "shards"  # a sharded checkpoint's DCP files (raytrain.sharded_checkpoints)
 DIR_PREFIX = "checkpoint_"
 STAGING_PREFIX = ".staging-"
 FORMAT = 2
@@ -314,7 +315,7 @@ def load(directory: Path) -> Loaded:
     state.pt that loads is verified another way: the state loads and names its own position (the warning says so).
     Anything else is CheckpointUnreadable, saying why."""
     state_path = directory / STATE_FILE
-    if not state_path.exists() and (directory / "shards").is_dir():
+    if not state_path.exists() and (directory / SHARDS_DIR).is_dir():
         raise CheckpointUnreadable("a sharded checkpoint (shards/, written by every worker): the single-file "
                                    "checkpointer cannot load it. Fix: resume with run.checkpointer: sharded (or auto "
                                    "with scaling.strategy: fsdp)")
@@ -347,7 +348,7 @@ def kind_of(directory: Path) -> str:
     try:
         return "sharded" if is_sharded_manifest(read_meta(directory)) else "file"
     except CheckpointUnreadable:
-        return "sharded" if (directory / "shards").is_dir() else "file"
+        return "sharded" if (directory / SHARDS_DIR).is_dir() else "file"
 
 
 def position_of(directory: Path) -> Position:

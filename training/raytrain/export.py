@@ -63,7 +63,6 @@ def _newest_model(run_dir: Path) -> tuple[Path, dict, dict]:
     skipped = []
     for path in checkpoints.committed(run_dir):
         try:
-            checkpoints.verify_hash(path)
             meta = checkpoints.read_meta(path)
             if checkpoints.is_directory_manifest(meta):
                 raise checkpoints.CheckpointUnreadable(
@@ -72,12 +71,13 @@ def _newest_model(run_dir: Path) -> tuple[Path, dict, dict]:
             if checkpoints.is_sharded_manifest(meta):
                 from raytrain.sharded_checkpoints import export_model
 
+                checkpoints.verify_hash(path)  # the shards' sizes and extra.pt's hash
                 try:
                     return path, export_model(path), meta
                 except Exception as err:  # torch.distributed.checkpoint raises several types for unreadable shards
                     raise checkpoints.CheckpointUnreadable(f"its shards do not load ({err.__class__.__name__})") \
                         from None
-            loaded = checkpoints.load(path)
+            loaded = checkpoints.load(path)  # state.pt read once, its hash checked on the bytes read
             return path, loaded.state["model"], {**meta, "epoch": loaded.state["epoch"],
                                                  "step": loaded.state.get("step")}
         except checkpoints.CheckpointUnreadable as why:

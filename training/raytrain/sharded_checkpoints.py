@@ -46,13 +46,12 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import BlockingAsyncStager
 
 from raytrain import checkpoints, sharding
-from raytrain.checkpoints import CheckpointUnreadable, Loaded, Position
+from raytrain.checkpoints import SHARDS_DIR, CheckpointUnreadable, Loaded, Position
 from raytrain.runcontrol import UNFENCED, AttemptEnded, Control, Ending
 
 if TYPE_CHECKING:
     from torch import nn
 
-SHARDS_DIR = "shards"
 EXTRA_FILE = "extra.pt"
 KIND = "sharded"
 
@@ -131,9 +130,7 @@ class ShardedCheckpointer:
         staging = self.files.staging_path(name)
         # Rank 0's small state, serialized now (a snapshot) and written with the shards, in the background.
         extra = _serialized(small_state()) if self.rank == 0 else None
-        state = {"model": sharding.model_state(model, full=False)}
-        if optimizer is not None:
-            state["optimizer"] = sharding.optimizer_state(model, optimizer, full=False)
+        state = _sharded_state(model, optimizer)
         writer = dcp.FileSystemWriter(str(staging / SHARDS_DIR))
         if self.asynchronous:
             if self._stager is None:
@@ -365,13 +362,19 @@ def read_small_state(directory: Path) -> dict:
     return state
 
 
+def _sharded_state(model: "nn.Module", optimizer: Any) -> dict:
+    """What DCP writes and reads in place: this worker's shards of the model and the optimizer, by parameter name."""
+    state = {"model": sharding.model_state(model, full=False)}
+    if optimizer is not None:
+        state["optimizer"] = sharding.optimizer_state(model, optimizer, full=False)
+    return state
+
+
 def load_shards(directory: Path, model: "nn.Module", optimizer: Any) -> None:
     """Read a sharded checkpoint into this worker's model and optimizer (a collective where there are several)."""
     import torch.distributed.checkpoint as dcp
 
-    state = {"model": sharding.model_state(model, full=False)}
-    if optimizer is not None:
-        state["optimizer"] = sharding.optimizer_state(model, optimizer, full=False)
+    state = _sharded_state(model, optimizer)
     dcp.load(state, storage_reader=dcp.FileSystemReader(str(directory / SHARDS_DIR)))
     sharding.load_model_state(model, state["model"], full=False)
     if optimizer is not None:
