@@ -146,3 +146,21 @@ def test_emulate_reads_manifests_as_validate_does(tmp_path, capsys, content, fra
     path.write_bytes(content)
     code, said = _main(["emulate", str(path)], capsys)
     assert code != 0 and fragment in said, said
+
+
+@pytest.mark.parametrize("args, env, fragment", [
+    (["cluster", "delete-node", "rte000000", "worker-0", "--pending", "soon"], {}, "'soon' is not a number of seconds"),
+    (["cluster", "delete-node", "rte000000", "worker-0", "--pending", "-5"], {}, "a finite number of seconds"),
+    (["cluster", "delete-node", "rte000000", "worker-0", "--pending", "inf"], {}, "a finite number of seconds"),
+    (["cluster", "delete-node", "rte000000", "worker-0", "--pending", "nan"], {}, "a finite number of seconds"),
+    (["emulate", "manifests/rayjob-standalone.yaml"], {"RAYTRAIN_EMULATE_MAX_WORKER_NODES": "three"},
+     "RAYTRAIN_EMULATE_MAX_WORKER_NODES='three' is not a count of worker nodes from 1 to 64"),
+    (["emulate", "manifests/rayjob-standalone.yaml"], {"RAYTRAIN_EMULATE_MAX_WORKER_NODES": "0"}, "Fix: unset it"),
+    (["run", "linear"], {"RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S": "forever"},
+     "RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S='forever' is not a number of seconds"),
+])
+def test_bad_elastic_and_emulation_settings_are_usage_errors(capsys, monkeypatch, args, env, fragment):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, said = _main(args, capsys)
+    assert code == 2 and fragment in said, said

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain.config import ConfigError, config_from_dict, load_config, preset_names
+from raytrain.config import ConfigError, config_from_dict, dump_yaml, load_config, preset_names
 
 
 def write(tmp_path: Path, text: str, name: str = "job.yaml") -> str:
@@ -48,6 +48,15 @@ def test_per_worker_batch_size_is_derived_from_the_global_one(tmp_path):
     assert cfg.per_worker_batch_size == 8
 
 
+@pytest.mark.parametrize("given, stored, counts", [("3", 3, [3]), ("[2, 4]", [2, 4], [2, 3, 4]), ("[3, 3]", 3, [3])])
+def test_an_elastic_run_keeps_its_global_batch_over_every_worker_count(tmp_path, given, stored, counts):
+    cfg = load_config(write(tmp_path, GOOD), [f"scaling.num_workers={given}", "train.batch_size=24"])
+    assert cfg.scaling.num_workers == stored and list(cfg.scaling.worker_counts) == counts
+    assert [cfg.batch_share(n) * n for n in counts] == [24] * len(counts)
+    assert cfg.scaling.elastic == (len(counts) > 1)
+    assert load_config(write(tmp_path, dump_yaml(cfg))).scaling.num_workers == stored  # the saved config reloads
+
+
 def test_resolved_config_round_trips(tmp_path):
     cfg = load_config(write(tmp_path, GOOD), ["train.lr=0.2"])
     again = config_from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict())))
@@ -71,6 +80,20 @@ BAD = [
     (None, ["train.optimizer=adagrad"], ["train.optimizer", "one of 'adam', 'adamw', 'sgd'"]),
     (None, ["train.mixed_precision=bf16"], ["needs a GPU", "scaling.use_gpu"]),
     (None, ["scaling.num_workers=0"], ["scaling.num_workers"]),
+    # elastic: [min, max], and a global batch that splits over every count in between
+    (None, ["scaling.num_workers=[3, 2]"], ["scaling.num_workers", "[3, 2] is not allowed", "[min, max] with 1 <= min <= max"]),
+    (None, ["scaling.num_workers=[2]"], ["scaling.num_workers", "e.g. [2, 4]"]),
+    (None, ["scaling.num_workers=[1, 2, 3]"], ["scaling.num_workers", "[min, max]"]),
+    (None, ["scaling.num_workers=[0, 2]"], ["scaling.num_workers", "1 <= min"]),
+    (None, ["scaling.num_workers=[true, 2]"], ["scaling.num_workers"]),
+    (None, ["scaling.num_workers=[1.5, 2]"], ["scaling.num_workers"]),
+    (None, ["scaling.num_workers=two"], ["scaling.num_workers", "'two' is not allowed", "a worker count of 1 or more"]),
+    (None, ["scaling.num_workers=[2, 4]", "train.batch_size=8"],
+     ["train.batch_size", "does not split evenly over 3 workers", "any of 2..4", "use 12"]),
+    (None, ["scaling.num_workers=[2, 3]", "train.batch_size=12", "train.grad_accum_steps=4"],
+     ["train.grad_accum_steps", "each worker's 6 samples", "or a train.batch_size of 24"]),
+    (None, ["scaling.num_workers=[1, 2]", "scaling.elastic_resize_monitor_interval_s=0"],
+     ["scaling.elastic_resize_monitor_interval_s", "greater than 0"]),
     (None, ["scaling.cpus_per_worker=lots"], ["scaling.cpus_per_worker", "'auto'"]),
     (None, ["scaling.use_gpu=maybe"], ["scaling.use_gpu", "use true or false"]),
     (None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints"]),

@@ -28,7 +28,8 @@ ENVIRONMENT_USES = {
     ("cluster/vmnode.py", "start_vm_node"): "`ray start` of a plain machine gets it, minus auth",
     ("launcher.py", "connect_ray"): "PYTHONPATH gains the user's code directory: embedded Ray's workers inherit it",
     # Ray's own variables, set before Ray reads them (an explicit value of the user's wins).
-    ("launcher.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for Ray Train's controller",
+    ("launcher.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (and an elastic run's "
+                                         "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) for Ray Train's controller",
     ("tune.py", "_sweep"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for the trials' controllers",
     # A Ray worker never runs cli.py: it reads the interval Ray itself runs on (RAY_metrics_report_interval_ms).
     # The core's engineer routes it from the driver (issue #30 item 6); remove this entry with that change.

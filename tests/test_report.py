@@ -111,3 +111,17 @@ def test_a_ray_train_function_run_is_summarised_by_its_own_metrics(tmp_path):
     assert summary.startswith("script: succeeded, epoch 2, ") and png.exists()
     assert config.startswith("  Ray Train function train_func.train_func(lr=0.01), 2 workers")
     assert last == "  last: loss 0.3333, accuracy 0.5000"
+
+
+def test_an_elastic_runs_resizes_are_marked(tmp_path):
+    run_dir = make_run(tmp_path, "elastic", 4, resumed_at=2)
+    records = runs.Records(run_dir)
+    records.write_config(dump_yaml(load_config("digits", ["run.name=elastic", "scaling.num_workers=[1, 2]"])))
+    records.append_event("resize", previous=2, workers=1, epoch=2, step=40)
+    records.append_event("start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=40, world_size=1)
+    records.append_event("resize", previous=1, workers=2, epoch="bad", step=None)  # an edited file: no position
+    loaded, png, _ = report([run_dir])
+    lines = summary_lines(loaded[0])
+    assert "1..2 (elastic) workers" in lines[1]
+    assert lines[-1] == "  workers: 2 -> 1 at epoch 3 step 40, 1 -> 2"
+    assert matplotlib.image.imread(png).shape[1] > 1000

@@ -89,3 +89,20 @@ def test_clean_stale_removes_dead_runs_and_keeps_live_and_kept_ones(tmp_path):
     (tmp_path / "rtx000004").mkdir()  # not ours
     assert localcluster.clean_stale(root=tmp_path) == ["rte000002"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rte000001", "rte000002-shared", "rte000003", "rtx000004"]
+
+
+@pytest.mark.parametrize("content, pending", [
+    (None, False), ('{"until": 1e12}', True), ('{"until": 1}', False), ("{", False), ('{"until": "soon"}', False),
+    ("[]", False), ('{"until": null}', False),
+])
+def test_a_deleted_nodes_pending_marker_holds_its_restart_until_it_expires(tmp_path, content, pending):
+    from types import SimpleNamespace
+
+    node = SimpleNamespace(spec=SimpleNamespace(name="worker-0"))
+    marker = localcluster.pending_path(tmp_path, "worker-0")
+    if content is not None:
+        marker.write_text(content)
+    left = localcluster.LocalCluster.pending_for(SimpleNamespace(run_dir=tmp_path), node)
+    assert (left > 0) == pending
+    if content == '{"until": 1}':
+        assert not marker.exists()  # an expired marker is removed once the pod may start

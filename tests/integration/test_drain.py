@@ -206,9 +206,9 @@ def _assert_no_step_lost(directory: Path, deleted_at: float) -> dict:
     return meta
 
 
+# A worker pod's deletion during a run (its hook drains the node; its workers checkpoint at their step and Ray Train
+# goes on on the others) is tests/integration/test_elastic.py, on an elastic run that also grows back.
 @pytest.mark.parametrize("node,hook_did,workers_say", [
-    # The worker's hook drains its node; its workers checkpoint at their step, Ray Train goes on on the others.
-    ("worker-0", "marked DRAINING in the GCS", "this Ray node is being drained"),  # raytrain.drain.DRAIN_MESSAGE
     # The head's hook stops the driver (SIGTERM: checkpoint at the next step); KubeRay's retry resumes there.
     ("head", "SIGTERM to the raytrain driver(s)", None),
 ])

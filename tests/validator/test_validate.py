@@ -195,6 +195,12 @@ BROKEN = [
     # raytrain cross-checks
     ("job cannot fit the cluster", RJ, [("job.yaml", "cpus_per_worker: auto", "cpus_per_worker: 4")],
      "data.job.yaml", "this job can never be scheduled"),
+    ("elastic run that never reaches its max", SA, [("job.yaml", "num_workers: 3", "num_workers: [2, 4]")],
+     "data.job.yaml", "the elastic run grows to at most 3 of its 4 workers"),
+    ("elastic run whose min never fits", SA, [("job.yaml", "num_workers: 3", "num_workers: [4, 6]"),
+                                              ("job.yaml", "batch_size: 24", "batch_size: 60"),
+                                              ("job.yaml", "cpus_per_worker: auto", "cpus_per_worker: 1")],
+     "data.job.yaml", "needs at least 4 workers"),
     ("storage off the shared mount", RJ, [("RayJob", ["spec", "entrypoint"], ENTRY.replace("/mnt/shared/runs", "/tmp/runs"))],
      "spec.entrypoint", "not on the shared mount"),
     ("storage left at the config default", RJ, [("RayJob", ["spec", "entrypoint"],

@@ -9,6 +9,9 @@ Environment it reads:
                           downloaded there once (validator/crds.py)
   RAYTRAIN_LEASE_TTL_S    run, local: seconds after its last renewal that a run's lease is taken over (default 30)
   RAYTRAIN_STOP_GRACE_S   run: seconds a stopping driver waits for its workers' last checkpoint (default 20)
+  RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S  run, an elastic config: seconds Ray Train's resize waits for the running
+                          group's checkpoint (default 120; raytrain.elastic)
+  RAYTRAIN_EMULATE_MAX_WORKER_NODES  emulate: the most worker nodes started (default one per CPU, at least 2)
   RAY_TMPDIR              drain, when --temp-dir is not given: the `ray start --temp-dir` of the node to drain
 
 Each command imports what it uses, when it runs: validate, render, emulate, presets and --help never import torch.
@@ -17,6 +20,7 @@ Each command imports what it uses, when it runs: validate, render, emulate, pres
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -107,6 +111,7 @@ def _attempt_options() -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.attempt import run_attempt
+    from raytrain.elastic import CHECKPOINT_TIMEOUT_S
     from raytrain.launcher import RayTrainer
 
     # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134) before the
@@ -114,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # inherit it: a crash there is still reported by Ray.)
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     cfg = _load(args)
-    trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job())
+    trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job(),
+                         resize_timeout_s=_seconds_env("RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S", CHECKPOINT_TIMEOUT_S))
     return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 
@@ -236,6 +242,17 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _duration(text: str) -> float:
+    """A number of seconds, 0 or more (argparse: a bad one is a usage error naming the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds, 0 or more")
+    return value
+
+
 def _crd_dir(args: argparse.Namespace) -> Path:
     """--crds, else $RAYTRAIN_KUBERAY_CRDS, else the user cache (fetched once); CRDError (exit 2) says how to stage."""
     from raytrain.validator.crds import CRDS_ENV, resolve_crd_dir
@@ -274,7 +291,18 @@ def cmd_emulate(args: argparse.Namespace) -> int:
     from raytrain.cluster.emulate import emulate
 
     return emulate(Path(args.rayjob), Path(args.values) if args.values else None, args.keep, _crd_dir(args),
-                   shared_dir=Path(args.shared) if args.shared else None)
+                   shared_dir=Path(args.shared) if args.shared else None, max_worker_nodes=_emulated_worker_nodes())
+
+
+def _emulated_worker_nodes() -> Optional[int]:
+    """RAYTRAIN_EMULATE_MAX_WORKER_NODES: the most worker nodes `raytrain emulate` starts (None: one per CPU)."""
+    raw = os.environ.get("RAYTRAIN_EMULATE_MAX_WORKER_NODES", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        raise UsageError(f"RAYTRAIN_EMULATE_MAX_WORKER_NODES={raw!r} is not a count of worker nodes from 1 to 64. "
+                         f"Fix: unset it (one node per CPU of this machine, at least 2) or set e.g. 3.")
+    return int(raw)
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
@@ -352,7 +380,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.action == "delete-node":
             outcome = localcluster.delete_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node,
-                                               grace=args.grace, out=sys.stdout)
+                                               grace=args.grace, out=sys.stdout, pending_s=args.pending)
             if outcome["pre_stop_output"].strip():
                 print(outcome["pre_stop_output"].rstrip())
             return EXIT_OK
@@ -416,6 +444,9 @@ def add_cluster_command(sub) -> None:
     delete.add_argument("node")
     delete.add_argument("--grace", type=float, default=None, metavar="SECONDS",
                         help="as kubectl delete pod --grace-period (default: the pod's terminationGracePeriodSeconds)")
+    delete.add_argument("--pending", type=_duration, default=0.0, metavar="SECONDS",
+                        help="the pod recreated for it stays Pending this long before `raytrain emulate` starts it "
+                             "(no room for it, as while an autoscaler brings a node up; default 0)")
     cluster.set_defaults(func=cmd_cluster)
 
 

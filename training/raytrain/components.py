@@ -347,6 +347,8 @@ def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], give
         return (f"{where}: {key} is required: {what} has no default for '{name}'. Fix: set {key} in the "
                 f"'{section}' section (or with --set {key}=...).")
     value = given.get(name, first.get("input"))
+    if kind == "value_error":  # a validator of ours: its message is the fix
+        return f"{where}: {key}: {shown(value)} is not allowed. Fix: use {first.get('msg', '').removeprefix('Value error, ')}."
     expected = _annotation_text(model.model_fields[name].annotation) if name in model.model_fields else "a valid value"
     message = first.get("msg", "invalid").rstrip(".")
     bound = _bound_text(first.get("ctx") or {})

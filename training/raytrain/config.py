@@ -15,13 +15,14 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import math
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 import yaml
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from raytrain import components, yamlfile
 from raytrain.components import COMPONENT_KEY, Component
@@ -35,6 +36,22 @@ __all__ = ["ConfigError", "RunConfig", "load_config", "config_from_dict", "dump_
 Positive = Annotated[int, Field(gt=0)]
 NonNegative = Annotated[int, Field(ge=0)]
 FiniteNonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _worker_count(value: Any) -> Union[int, list[int]]:
+    """scaling.num_workers: a count, or [min, max] (an elastic run; [n, n] is the count n)."""
+    def count(item: Any) -> bool:
+        return isinstance(item, int) and not isinstance(item, bool) and item > 0
+
+    if count(value):
+        return value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(map(count, value)) and value[0] <= value[1]:
+        return value[0] if value[0] == value[1] else list(value)
+    raise ValueError("a worker count of 1 or more (e.g. 2), or [min, max] with 1 <= min <= max for an elastic run "
+                     "(e.g. [2, 4])")
+
+
+WorkerCount = Annotated[Union[int, list[int]], BeforeValidator(_worker_count)]
 
 # ----------------------------------------------------------------------------------------------------------
 # defaults
@@ -66,7 +83,12 @@ class TrainSection:
 
 @dataclass
 class ScalingSection:
-    num_workers: Positive = 2  # Ray Train workers (DDP ranks)
+    # Ray Train workers (DDP ranks). [min, max]: elastic, on Ray Train's own elasticity: starts with as many as fit
+    # (at least min), goes on with fewer when a node goes, grows back to max when capacity returns. The global
+    # batch (train.batch_size) and the learning rate stay as they are: each of N workers takes batch_size / N
+    num_workers: WorkerCount = 2
+    # elastic: how often Ray Train looks for room to grow the running group (Ray's elastic_resize_monitor_interval_s)
+    elastic_resize_monitor_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 60.0
     use_gpu: bool = False
     # auto: fit the workers into the cluster, <= 1 each
     cpus_per_worker: Union[Literal["auto"], Annotated[float, Field(gt=0, allow_inf_nan=False)]] = "auto"
@@ -79,6 +101,28 @@ class ScalingSection:
     fsdp_wrap: list[str] = field(default_factory=list)
     fsdp_reshard_after_forward: bool = True  # free each unit's gathered parameters after its forward (less memory)
     activation_checkpointing: bool = False  # recompute those units' activations in backward (less memory, ~1/3 slower)
+
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.num_workers, list)
+
+    @property
+    def min_workers(self) -> int:
+        """The fewest workers the run trains on (num_workers itself unless elastic)."""
+        return self.num_workers[0] if isinstance(self.num_workers, list) else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers the run trains on (num_workers itself unless elastic)."""
+        return self.num_workers[-1] if isinstance(self.num_workers, list) else self.num_workers
+
+    @property
+    def worker_counts(self) -> range:
+        """Every worker count the run may train on."""
+        return range(self.min_workers, self.max_workers + 1)
+
+    def describe_workers(self) -> str:
+        return f"{self.min_workers}..{self.max_workers} (elastic)" if self.elastic else str(self.num_workers)
 
 
 @dataclass
@@ -167,9 +211,14 @@ class RunConfig:
                  self.scheduler]
         return [c for c in found if c is not None]
 
+    def batch_share(self, workers: int) -> int:
+        """Each worker's share of the global batch per optimizer step on `workers` workers (micro-batches:
+        / train.grad_accum_steps). The global batch stays train.batch_size whatever the count (elastic runs)."""
+        return self.train.batch_size // workers
+
     @property
-    def per_worker_batch_size(self) -> int:  # per optimizer step (micro-batches: / train.grad_accum_steps)
-        return self.train.batch_size // self.scaling.num_workers
+    def per_worker_batch_size(self) -> int:  # at the full size (scaling.max_workers)
+        return self.batch_share(self.scaling.max_workers)
 
     @property
     def checkpointer(self) -> str:
@@ -575,26 +624,28 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
 
 
 def _check_batches(t: TrainSection, s: ScalingSection, fail: Callable) -> None:
-    if t.batch_size < s.num_workers:
-        fail(
-            "train.batch_size",
-            f"global batch size {t.batch_size} is smaller than scaling.num_workers {s.num_workers}",
-            f"use a global batch size of at least {s.num_workers}",
-        )
-    if t.batch_size % s.num_workers:
-        lower = t.batch_size - t.batch_size % s.num_workers
-        fail(
-            "train.batch_size",
-            f"global batch size {t.batch_size} does not split evenly over {s.num_workers} workers",
-            f"use {lower} or {lower + s.num_workers}, or change scaling.num_workers",
-        )
-    share = t.batch_size // s.num_workers
-    if share % t.grad_accum_steps:
-        fail(
-            "train.grad_accum_steps",
-            f"each worker's {share} samples per step do not split into {t.grad_accum_steps} equal micro-batches",
-            f"use a train.grad_accum_steps that divides {share}, or change train.batch_size",
-        )
+    """The global batch splits evenly over every worker count the run may train on (an elastic run: each of
+    min..max), and each share into train.grad_accum_steps micro-batches."""
+    counts = s.worker_counts
+    # The batch must be a multiple of every count, and each share of the accumulation steps: of lcm(counts) * accum.
+    step = math.lcm(*counts) * t.grad_accum_steps
+    if t.batch_size % step == 0:
+        return
+    lower, upper = t.batch_size - t.batch_size % step, t.batch_size - t.batch_size % step + step
+    choices = f"{lower} or {upper}" if lower else f"{upper}"
+    if t.batch_size < s.max_workers:
+        fail("train.batch_size", f"global batch size {t.batch_size} is smaller than scaling.num_workers "
+             f"{s.max_workers}", f"use a global batch size of at least {s.max_workers} (e.g. {choices})")
+    uneven = next((n for n in counts if t.batch_size % n), None)
+    if uneven is not None:
+        over = (f"{uneven} workers (an elastic run trains on any of {s.min_workers}..{s.max_workers}, the global "
+                f"batch fixed)" if s.elastic else f"{uneven} workers")
+        fail("train.batch_size", f"global batch size {t.batch_size} does not split evenly over {over}",
+             f"use {choices}, or change scaling.num_workers")
+    share = next(t.batch_size // n for n in counts if (t.batch_size // n) % t.grad_accum_steps)
+    fail("train.grad_accum_steps",
+         f"each worker's {share} samples per step do not split into {t.grad_accum_steps} equal micro-batches",
+         f"use a train.grad_accum_steps that divides {share}, or a train.batch_size of {choices}")
 
 
 def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optional[str] = None) -> str:

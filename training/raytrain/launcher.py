@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import checkpoints, console, preflight, runs, scaleup
+from raytrain import checkpoints, console, elastic, preflight, runs, scaleup
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
@@ -120,8 +120,12 @@ class Progress(threading.Thread):
         for event in events[self.events_seen:]:
             if event["event"] == "warning":
                 console.warning(event["message"], out=self.out, rank=0)
-            elif event["event"] == "drain":
-                console.info("drain", event["message"], out=self.out, rank=0)
+            elif event["event"] in ("drain", "resizing"):
+                console.info(event["event"], event["message"], out=self.out, rank=0)
+            elif event["event"] == "resize":  # an elastic run's new group (raytrain.elastic)
+                console.info("resize", f"the run goes on on {event.get('workers')} workers (it had "
+                             f"{event.get('previous')})", out=self.out, rank=0, workers=event.get("workers"),
+                             previous=event.get("previous"))
             elif event["event"] == "restored":
                 at = f" (at step {event['step']} of epoch {event['epoch'] + 1})" if event.get("step") else ""
                 console.info("restored", f"resuming after epoch {event['epoch']}{at} from {event['checkpoint']}",
@@ -154,27 +158,32 @@ def root_cause(err: BaseException) -> str:
 
 
 def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
-                  lease_token: Optional[int] = None, on_cluster: bool = False):
+                  lease_token: Optional[int] = None, on_cluster: bool = False,
+                  resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
     `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.lease) whose
     workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics)."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from raytrain.raytrain_script import dataset_config
+    from raytrain.raytrain_script import dataset_config, is_ray_train_loop
     from raytrain.session import worker_entry
 
     code_dir = preflight.user_code_dir(cfg)
+    s = cfg.scaling
+    # An elastic run is Ray Train's own (raytrain.elastic): num_workers=(min, max), and a controller callback that
+    # checkpoints the running group before Ray Train resizes it (a Ray Train function checkpoints itself).
+    elastic_args = {"num_workers": (s.min_workers, s.max_workers),
+                    "elastic_resize_monitor_interval_s": s.elastic_resize_monitor_interval_s} if s.elastic else {}
+    if s.elastic and lease_token and not is_ray_train_loop(cfg):
+        callbacks = (*callbacks, elastic.resize_checkpoint_callback(run_dir, lease_token, resize_timeout_s))
     return TorchTrainer(
         worker_entry,
         train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],
                            "working_dir": str(code_dir) if code_dir else None, "lease_token": lease_token,
                            "telemetry_linger": on_cluster},
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=cfg.scaling.num_workers,
-            use_gpu=cfg.scaling.use_gpu,
-            resources_per_worker=per_worker,
-        ),
+        scaling_config=ray.train.ScalingConfig(**{
+            "num_workers": s.num_workers, "use_gpu": s.use_gpu, "resources_per_worker": per_worker, **elastic_args}),
         run_config=ray.train.RunConfig(
             name=f"attempt-{lease_token or 0}",
             storage_path=str(run_dir / RAY_TRAIN_DIR),
@@ -208,13 +217,14 @@ class RayTrainer:
 
     def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: Optional[TextIO] = None,
                  in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
-                 per_worker: Optional[dict] = None):
+                 per_worker: Optional[dict] = None, resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S):
         """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
         trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None)."""
         self.cfg, self.address = cfg, address
         self.out = out if out is not None else sys.stdout  # now, not when this module was imported
         self.in_submitted_job, self.callbacks = in_submitted_job, callbacks
         self.owns_ray, self.per_worker = owns_ray, per_worker
+        self.resize_timeout_s = resize_timeout_s  # an elastic run's wait for the checkpoint before a resize
         self.embedded_ray = owns_ray and not address
 
     def train(self, records: runs.Records) -> None:
@@ -229,15 +239,19 @@ class RayTrainer:
         # Sized against what an autoscaler can still add, waiting for it (scaleup.py), else the nodes up now.
         per_worker = self.per_worker or scaleup.size_on_cluster(cfg, alive_node_resources, out=self.out)
         trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
-                                on_cluster=self.address is not None)
+                                on_cluster=self.address is not None, resize_timeout_s=self.resize_timeout_s)
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
         from raytrain.raytrain_script import is_ray_train_loop
 
+        s = cfg.scaling
+        shares = "/".join(str(cfg.batch_share(n)) for n in reversed(s.worker_counts))
         batch = (f"Ray Train function {cfg.loop.path}" if is_ray_train_loop(cfg) else
-                 f"global batch {cfg.train.batch_size} ({cfg.per_worker_batch_size} per worker)")
-        console.info("training", f"training {cfg.run.name}: {cfg.scaling.num_workers} workers x {{{shape}}}, "
+                 f"global batch {cfg.train.batch_size} ({shares} per worker)")
+        console.info("training", f"training {cfg.run.name}: {s.describe_workers()} workers x {{{shape}}}, "
                      f"{batch}", out=self.out,
-                     num_workers=cfg.scaling.num_workers, per_worker=per_worker)
+                     num_workers=s.num_workers, per_worker=per_worker)
+        if s.elastic:  # see raytrain.elastic.ELASTIC_START_TIMEOUT_S; Ray Train hands it on to its controller
+            os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", elastic.ELASTIC_START_TIMEOUT_S)
         # Ray Train propagates this variable from the driver to its controller and workers.
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
         # A Ray Train function's reports count what it says (train.epochs is not its setting): no "of N".

@@ -32,8 +32,8 @@ def train_loop(session: Session) -> None:
     optimizer = build_optimizer(cfg, model)
     scheduler = build_scheduler(cfg, optimizer)
     # This worker's running sums of the epoch: a mid-epoch checkpoint saves them (rank 0's), so that the epoch's one
-    # row counts the steps trained before a resume too.
-    running = EpochStats()
+    # row counts the steps trained before a resume too (rescaled when an elastic run resumes on another count).
+    running = EpochStats(workers=session.world_size)
     stateful = {"epoch_stats": running, **({"scheduler": scheduler} if scheduler is not None else {})}
     start_epoch = session.restore(model, optimizer, **stateful)
     loss_fn = session.loss_fn
@@ -116,6 +116,7 @@ class EpochStats:
     loss_sum: Any = 0.0
     correct: float = 0.0
     samples: float = 0.0
+    workers: int = 1  # how many workers keep sums like these (the run's world size): not a sum itself
 
     def as_list(self) -> list[float]:
         return [float(self.loss_sum), float(self.correct), float(self.samples)]
@@ -125,10 +126,16 @@ class EpochStats:
 
     # A stateful object for session.restore()/report(): saved in checkpoints, mid-epoch ones included.
     def state_dict(self) -> dict:
-        return {"loss_sum": float(self.loss_sum), "correct": float(self.correct), "samples": float(self.samples)}
+        return {"loss_sum": float(self.loss_sum), "correct": float(self.correct), "samples": float(self.samples),
+                "workers": self.workers}
 
     def load_state_dict(self, state: dict) -> None:
-        self.loss_sum, self.correct, self.samples = state["loss_sum"], state["correct"], state["samples"]
+        # Rank 0's sums, loaded on every worker: this worker's share of the epoch so far is rank 0's times the
+        # writer's count over ours (every rank trains as many samples a step), so that an elastic run resumed on
+        # another count still adds up to the epoch's samples.
+        scale = float(state.get("workers") or self.workers) / self.workers
+        self.loss_sum, self.correct, self.samples = (state["loss_sum"] * scale, state["correct"] * scale,
+                                                     state["samples"] * scale)
 
 
 def train_epoch(

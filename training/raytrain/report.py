@@ -45,6 +45,11 @@ class RunData:
         return [e for e in self.events if e.get("event") == "start"][1:]
 
     @property
+    def resizes(self) -> list[dict]:
+        """An elastic run's changes of worker count (raytrain.elastic), each at the position its new group resumed."""
+        return [e for e in self.events if e.get("event") == "resize"]
+
+    @property
     def status(self) -> str:
         return self.result["status"] if self.result else "running (or stopped before it finished)"
 
@@ -148,17 +153,28 @@ def _ray_train_function(run: RunData) -> Optional[str]:
     return loop.get(components.COMPONENT_KEY) if isinstance(loop, dict) and "train_loop_config" in loop else None
 
 
+def _workers(scaling: dict) -> str:
+    count = scaling.get("num_workers", "?")
+    return f"{count[0]}..{count[-1]} (elastic)" if isinstance(count, list) and count else str(count)
+
+
 def config_line(run: RunData) -> str:
     c = run.config
     model, data, train, scaling = (c.get(k, {}) or {} for k in ("model", "data", "train", "scaling"))
     function = _ray_train_function(run)
     if function:
         settings = ", ".join(f"{k}={v}" for k, v in (c["loop"].get("train_loop_config") or {}).items())
-        return f"Ray Train function {function}({settings[:120]}), {scaling.get('num_workers', '?')} workers"
+        return f"Ray Train function {function}({settings[:120]}), {_workers(scaling)} workers"
     parts = [f"{component_name(model, 'model')} on {component_name(data, 'data')}",
              f"{train.get('optimizer', '?')} lr {train.get('lr', '?')}",
-             f"batch {train.get('batch_size', '?')}", f"{scaling.get('num_workers', '?')} workers"]
+             f"batch {train.get('batch_size', '?')}", f"{_workers(scaling)} workers"]
     return ", ".join(parts)
+
+
+def _resize_text(event: dict) -> str:
+    epoch, step = event.get("epoch"), event.get("step")
+    where = f" at epoch {epoch + 1} step {step}" if isinstance(epoch, int) and isinstance(step, int) else ""
+    return f"{event.get('previous', '?')} -> {event.get('workers', '?')}{where}"
 
 
 def summary_lines(run: RunData) -> list[str]:
@@ -178,6 +194,8 @@ def summary_lines(run: RunData) -> list[str]:
     resumes = [e for e in run.restarts if e.get("resumed_from_epoch") is not None]
     ckpt = f"{len(run.checkpoints)} checkpoint(s), newest {run.checkpoints[0].name}" if run.checkpoints else "no checkpoint"
     lines.append(f"  {ckpt}; {len(run.restarts)} restart(s), {len(resumes)} resumed")
+    if run.resizes:
+        lines.append("  workers: " + ", ".join(map(_resize_text, run.resizes)))
     if run.result and run.result.get("error"):
         lines.append("  error: " + run.result["error"][:160])
     if not run.rows:
@@ -241,10 +259,15 @@ def draw(loaded: list[RunData], out: Path) -> Path:
                 line_style = {**style, "color": colors[1]} if dashed else style
             axes[panel].plot(xs, ys, linestyle="--" if dashed else "-", label=line_label, **line_style)
         mark = color if many else "tab:red"  # one run: restarts in a colour no curve has
+        starts = [e for e in run.events if e.get("event") == "start"]
+        previous_size = starts[0].get("world_size") if starts else None
         for event in run.restarts:
             at = event.get("resumed_from_epoch")
             x = (at if at is not None else 0) + 0.5
             note = f"resumed from epoch {at}" if at is not None else "restarted from scratch"
+            if event.get("world_size") != previous_size and previous_size is not None:  # an elastic resize
+                note += f" on {event.get('world_size')} workers"
+            previous_size = event.get("world_size")
             for ax in axes.values():
                 ax.axvline(x, color=mark, linestyle=":", linewidth=1.4, alpha=0.9)
             axes["loss"].annotate(note, xy=(x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,

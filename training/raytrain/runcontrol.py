@@ -32,6 +32,7 @@ class Ending(str, enum.Enum):
     STOPPED = "stopped"  # SIGTERM, Ctrl-C, a deleted pod or job: checkpoint at the next step, then end
     LEASE_LOST = "lease_lost"  # a newer attempt holds the run: commit nothing more, not even a checkpoint
     DRAINING = "draining"  # a worker's node is going away: checkpoint, end the group; Ray Train starts a new one
+    RESIZING = "resizing"  # Ray Train resizes an elastic run's group: checkpoint, hold until it is replaced
 
 
 class AttemptEnded(BaseException):

@@ -43,7 +43,7 @@ def _fits(cfg: RunConfig, per_worker: dict[str, float], nodes: list[dict]) -> bo
     held = [dict(n) for n in sorted(nodes, key=lambda n: -n.get("CPU", 0.0))]
     if held and reserve:
         held[0]["CPU"] = max(held[0].get("CPU", 0.0) - reserve, 0.0)
-    return workers_that_fit(held, per_worker) >= cfg.scaling.num_workers
+    return workers_that_fit(held, per_worker) >= cfg.scaling.min_workers
 
 
 def size_on_cluster(cfg: RunConfig, alive_nodes: Callable[[], list[dict]], out: TextIO = sys.stdout,
@@ -57,7 +57,7 @@ def size_on_cluster(cfg: RunConfig, alive_nodes: Callable[[], list[dict]], out: 
         return size_workers(cfg, nodes)
     from ray.autoscaler.sdk import request_resources
 
-    n = cfg.scaling.num_workers
+    n = cfg.scaling.min_workers
     shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
     console.info("scaling", f"the cluster's {len(nodes)} node(s) hold fewer than {n} workers of {{{shape}}}: asked "
                  f"the autoscaler for them, waiting up to {timeout_s:.0f} s", out=out, per_worker=per_worker)

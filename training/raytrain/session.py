@@ -43,13 +43,14 @@ an attempt whose lease was taken over commits nothing. torch is imported when a 
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from raytrain import build, checkpoints, components, raytrain_script, resume, runs, sharding
+from raytrain import build, checkpoints, components, elastic, raytrain_script, resume, runs, sharding
 from raytrain.checkpoints import Position
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DataContext, data_context
@@ -118,7 +119,8 @@ class Session(ABC):
         if self._steps is None:
             self._steps = StepControl(self.control, every_steps=self.config.run.checkpoint_every_steps,
                                       every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
-                                      device=self.device, node_draining=self._node_draining)
+                                      device=self.device, node_draining=self._node_draining,
+                                      resize_requested=self._resize_requested)
 
     def _announce(self) -> None:
         """Record this worker group's start once (rank 0): at restore(), or at the first batch or report of a loop
@@ -128,6 +130,11 @@ class Session(ABC):
         self._announced = True
         start = (self.resumed_from_epoch or 0) + 1
         if self.is_rank_zero:
+            before = [e.get("world_size") for e in runs.read_events(self.run_dir) if e.get("event") == "start"]
+            if before and isinstance(before[-1], int) and before[-1] != self.world_size:
+                # An elastic run's resize (or a resubmission at another size): a mark in `raytrain report`.
+                self.records.append_event("resize", previous=before[-1], workers=self.world_size,
+                                          epoch=self.resumed_from_epoch or 0, step=self._resume_step)
             self.records.append_event("start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
                                       resumed_at_step=self._resume_step, world_size=self.world_size)
         self._started(start)
@@ -238,6 +245,9 @@ class Session(ABC):
         self.wait_for_checkpoint()  # the checkpoint just taken commits before the attempt (or group) ends
         if ending is Ending.DRAINING and self.is_rank_zero:
             self.records.append_event("drain", message=reason)
+        if ending is Ending.RESIZING and self.is_rank_zero and self._steps.resize_request is not None:
+            newest = self.checkpointer.latest()
+            elastic.answer(self.run_dir, self._steps.resize_request["id"], newest[0].name if newest else None)
         raise AttemptEnded(ending, reason)
 
     # ------------------------------------------------------------------------------------------ reduce
@@ -394,6 +404,8 @@ class Session(ABC):
 
     # Whether this worker's node is being drained (its pod deleted): None where there is no such thing (local).
     _node_draining: Optional[Callable[[], bool]] = None
+    # An elastic run's pending resize request (raytrain.elastic.pending): None where nothing resizes.
+    _resize_requested: Optional[Callable[[], Optional[dict]]] = None
 
 
 class CheckpointsUnloadable(RaytrainError):
@@ -429,14 +441,16 @@ class RayTrainSession(Session):
         self.local_rank = context.get_local_rank()
         # This worker's commits stop once its attempt's lease is taken over.
         super().__init__(config, run_dir, WorkerControl(run_dir, lease_token) if lease_token else UNFENCED)
-        self.local_batch_size = config.per_worker_batch_size
+        self.local_batch_size = config.batch_share(self.world_size)  # the global batch is fixed (elastic runs too)
         self._device = ray.train.torch.get_device()
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
         torch.manual_seed(config.train.seed + self.rank)
-        self.telemetry = RunTelemetry(config.run.name, self.rank, config.per_worker_batch_size)
+        self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size)
         from raytrain.drain import node_draining
 
         self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.drain
+        if config.scaling.elastic and lease_token:
+            self._resize_requested = functools.partial(elastic.pending, self.run_dir, lease_token, self.world_size)
         self._telemetry_linger = False  # a joined cluster, whose Prometheus scrapes the workers' metrics
 
     def _started(self, start_epoch: int) -> None:
@@ -540,6 +554,8 @@ def worker_entry(loop_config: dict) -> None:
             # A worker failure for Ray Train, which starts a new group on the nodes left; it resumes from the
             # checkpoint just taken.
             raise NodeDraining(ended.reason) from None
+        if ended.ending is Ending.RESIZING:
+            elastic.hold()  # until Ray Train's controller replaces the group (raytrain.elastic)
         return  # checkpointed (unless the lease was lost); the driver writes the result
     session.wait_for_checkpoint()
     session.finished()

@@ -44,24 +44,25 @@ def data_reserve(cfg: RunConfig, nodes: list[dict]) -> float:
 
 
 def size_workers(cfg: RunConfig, nodes: list[dict]) -> dict[str, float]:
-    """Resources per worker; LaunchError if the cluster can never hold the job."""
+    """Resources per worker; LaunchError if the cluster can never hold the job (an elastic one: its min workers).
+    `cpus_per_worker: auto` takes the largest share that fits that many: an elastic run then grows at that share."""
     s = cfg.scaling
     if s.cpus_per_worker == "auto":
-        cpus = auto_cpus_per_worker([n.get("CPU", 0.0) for n in nodes], s.num_workers, data_reserve(cfg, nodes))
+        cpus = auto_cpus_per_worker([n.get("CPU", 0.0) for n in nodes], s.min_workers, data_reserve(cfg, nodes))
     else:
         cpus = float(s.cpus_per_worker)
     per_worker = {"CPU": cpus}
     if s.use_gpu:
         per_worker["GPU"] = s.gpus_per_worker
     fit = workers_that_fit(nodes, per_worker)
-    if fit < s.num_workers:
+    if fit < s.min_workers:
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
         held = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(n.items()) if k in ("CPU", "GPU")) or "nothing"
                          for n in nodes)
         floor = (f" (cpus_per_worker: auto gives a worker at least {MIN_AUTO_SHARE:g} CPU: each is a whole "
                  f"PyTorch process, and thinner shares never train)") if s.cpus_per_worker == "auto" else ""
         raise LaunchError(
-            f"this job can never be scheduled: it needs {s.num_workers} workers of {{{shape}}}{floor} but the "
+            f"this job can never be scheduled: it needs {'at least ' if s.elastic else ''}{s.min_workers} workers of {{{shape}}}{floor} but the "
             f"cluster's {len(nodes)} node(s) ({held}) hold at most {fit}. Fix: lower scaling.num_workers or the "
             f"resources per worker (scaling.cpus_per_worker, scaling.gpus_per_worker), or add worker nodes to the "
             f"cluster."
@@ -84,7 +85,7 @@ def scale_up_bundles(cfg: RunConfig, per_worker: dict[str, float]) -> list[dict[
     """What to ask the autoscaler for: one bundle per worker, plus the CPU kept for Ray Data's tasks. Whole units:
     Ray's request_resources takes integers only (a fractional cpus_per_worker asks for a whole CPU each)."""
     bundle = {name: math.ceil(amount) for name, amount in per_worker.items() if amount > 0}
-    bundles = [dict(bundle) for _ in range(cfg.scaling.num_workers)]
+    bundles = [dict(bundle) for _ in range(cfg.scaling.min_workers)]
     if cfg.data.loader == "ray":
         bundles.append({"CPU": 1})
     return bundles

@@ -12,6 +12,9 @@ do not pay a collective each. The decisions:
 - end DRAINING: some worker's node is being drained (its pod is being deleted: raytrain.drain.node_draining,
   probed by every worker at each decision); all checkpoint at this step and end the group, so that Ray Train starts
   a new one on the nodes left, which resumes from that checkpoint. STOPPED and LEASE_LOST win over it.
+- end RESIZING: Ray Train is about to resize an elastic run's group (raytrain.elastic: its controller's request in
+  the run directory, read by rank 0 when it polls for a stop); all checkpoint at this step and hold until the
+  controller replaces the group. The other endings win over it.
 
 The decision is one small all_reduce every SYNC_S of steps, not one per step: a host sync per step would stall a
 GPU's queue.
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     import torch
 
 POLL_S = 0.5
+RESIZE_MESSAGE = "Ray Train resizes this elastic run's worker group: checkpointed at this step, held for the new group"
 SYNC_S = 0.25
 MAX_STEPS_BETWEEN_SYNCS = 256
 
@@ -47,11 +51,16 @@ class Decision:
 class StepControl:
     def __init__(self, control: Control, *, every_steps: int, every_s: float,
                  is_rank_zero: bool, device: "torch.device",
-                 node_draining: Optional[Callable[[], bool]] = None):
+                 node_draining: Optional[Callable[[], bool]] = None,
+                 resize_requested: Optional[Callable[[], Optional[dict]]] = None):
         """control: rank 0 polls it for the attempt's end; node_draining: probed by every worker at each decision;
-        true on any of them makes all of them checkpoint at that step and end the group (Ending.DRAINING)."""
+        true on any of them makes all of them checkpoint at that step and end the group (Ending.DRAINING);
+        resize_requested: rank 0 polls it with control (raytrain.elastic.pending): a request ends the group
+        (Ending.RESIZING) after the checkpoint; the request is kept in `resize_request` for rank 0's answer."""
         self.control = control
         self.node_draining = node_draining
+        self.resize_requested = resize_requested
+        self.resize_request: Optional[dict] = None
         self.every_steps, self.every_s = every_steps, every_s
         self.is_rank_zero, self.device = is_rank_zero, device
         self.steps_since = 0
@@ -75,7 +84,7 @@ class StepControl:
             self.until_sync -= 1
             if self.until_sync > 0:
                 return Decision()
-        flags = [0.0, 0.0, 0.0, 1.0, 0.0]  # checkpoint, stop, lost, steps to the next decision, drain
+        flags = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]  # checkpoint, stop, lost, steps to the next decision, drain, resize
         if self.is_rank_zero:
             now = time.monotonic()
             measured = self.synced_steps > 0 and not self.first_decision
@@ -97,6 +106,13 @@ class StepControl:
                     ending, self.reason = signal
                     lost = ending is Ending.LEASE_LOST
                     flags[:3] = [0.0 if lost else 1.0, 1.0, 1.0 if lost else 0.0]
+                if self.resize_requested is not None:
+                    try:
+                        self.resize_request = self.resize_requested()
+                    except OSError:
+                        self.resize_request = None
+                    if self.resize_request is not None:
+                        flags[5] = 1.0
             due = ((self.every_steps and self.steps_since >= self.every_steps)
                    or (self.every_s and now - self.last_checkpoint >= self.every_s))
             if due and not flags[2] and not at_epoch_end:
@@ -122,4 +138,6 @@ class StepControl:
             from raytrain.drain import DRAIN_MESSAGE
 
             return Decision(checkpoint=True, ending=Ending.DRAINING, reason=DRAIN_MESSAGE)
+        if flags[5]:
+            return Decision(checkpoint=True, ending=Ending.RESIZING, reason=RESIZE_MESSAGE)
         return Decision(checkpoint=bool(flags[0]))

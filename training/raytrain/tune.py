@@ -131,6 +131,10 @@ def sample_values(dist: dict) -> list:
 
 def check_space(base: RunConfig, search: SearchSpec) -> None:
     """Every key and every edge value must build a valid run config: fail now, not in trial 7."""
+    if base.scaling.elastic:  # trials are compared at one size; Ray Tune does not resize a trial's workers
+        raise ConfigError(f"{search.source}: the run config's scaling.num_workers {base.scaling.num_workers} is "
+                          f"elastic, and raytrain tune runs every trial at a fixed size. Fix: --set "
+                          f"scaling.num_workers={base.scaling.max_workers} (or any one count).")
     for key, dist in search.space.items():
         for value in sample_values(dist):
             try:

@@ -284,13 +284,16 @@ def _pump(stream: IO[str], lines: "queue.Queue[str | None]") -> None:
 
 class Emulation:
     def __init__(self, job: JobInput, spec: dict, cluster_name: str, owns_cluster: bool, out: IO[str], *,
-                 isolation: str = "auto", shared_dir: Path | None = None, keep: bool = False):
+                 isolation: str = "auto", shared_dir: Path | None = None, keep: bool = False,
+                 max_worker_nodes: int | None = None):
         self.job, self.spec, self.out = job, spec, out
         self.isolation, self.shared_dir, self.keep, self.owns_cluster = isolation, shared_dir, keep, owns_cluster
         self.status = RayJobStatus(cluster_name=cluster_name)
         self.start_time = time.monotonic()
         self.deadline = job.spec.get("activeDeadlineSeconds")
         self.cluster: LocalCluster | None = None
+        self.announced_pending: set[str] = set()
+        self.max_worker_nodes = max_worker_nodes
 
     def say(self, text: str) -> None:
         print(f"[emulate] {text}", file=self.out, flush=True)
@@ -299,7 +302,8 @@ class Emulation:
         return bool(self.deadline) and time.monotonic() - self.start_time > float(self.deadline)
 
     def start_cluster(self) -> None:
-        shape = cluster_shape(self.spec, where=f"{self.job.path}: RayCluster/{self.status.cluster_name}: spec")
+        shape = cluster_shape(self.spec, where=f"{self.job.path}: RayCluster/{self.status.cluster_name}: spec",
+                              max_worker_nodes=self.max_worker_nodes)
         self.cluster = LocalCluster(shape, out=self.out, isolation=self.isolation, shared_dir=self.shared_dir,
                                     keep=self.keep)
         self.say(f"RayCluster {self.status.cluster_name}: starting {len(shape.nodes)} Ray node(s) as {self.cluster.run_id}")
@@ -399,6 +403,14 @@ class Emulation:
                     return False
                 for node in cluster.nodes[1:]:
                     if cluster.node_exited(node):
+                        pending = cluster.pending_for(node)
+                        if pending:  # `delete-node --pending`: the recreated pod waits for room
+                            if node.spec.name not in self.announced_pending:
+                                self.announced_pending.add(node.spec.name)
+                                self.say(f"worker node {node.spec.name} is gone ({node.ip}); its recreated pod is "
+                                         f"Pending for {pending:.0f} s (no node has room for it)")
+                            continue
+                        self.announced_pending.discard(node.spec.name)
                         old_ip = node.ip
                         cluster.restart_node(node)
                         self.say(f"worker node {node.spec.name} is gone ({old_ip}); the RayCluster controller "
@@ -422,7 +434,7 @@ class Emulation:
 
 
 def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Path, out: IO[str] | None = None, *,
-            shared_dir: Path | None = None, isolation: str = "auto") -> int:
+            shared_dir: Path | None = None, isolation: str = "auto", max_worker_nodes: int | None = None) -> int:
     """Run RAYJOB.yaml as KubeRay would on a local multi-node Ray cluster; print the RayJob status (to `out`, default
     the sys.stdout of the moment, not the one of import time). Returns 0 for SUCCEEDED, 1 for a job that did not
     succeed, 2 for a RayJob that cannot be emulated."""
@@ -439,7 +451,7 @@ def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Pa
             print(f"note: submissionMode {mode}: emulated with the K8sJobMode submitter", file=out)
         spec, cluster_name, owns = cluster_spec(job, Path(values_path) if values_path else None)
         emulation = Emulation(job, spec, cluster_name, owns, out, isolation=isolation, shared_dir=shared_dir,
-                              keep=keep)
+                              keep=keep, max_worker_nodes=max_worker_nodes)
         with _interrupts_as_keyboard_interrupt():
             return emulation.run()
     except (RayJobError, ClusterError) as err:

@@ -81,6 +81,12 @@ def _node_spec(group_spec: dict, name: str, group: str, head: bool, where: str, 
     return spec
 
 
+def default_max_worker_nodes() -> int:
+    """How many worker nodes an emulated cluster starts at most unless told (`raytrain emulate` reads
+    RAYTRAIN_EMULATE_MAX_WORKER_NODES): one per CPU of this machine, at least 2."""
+    return max(2, os.cpu_count() or 2)
+
+
 def cluster_shape(raycluster_spec: dict, *, max_worker_nodes: int | None = None,
                   memory_budget: int | None = None, where: str = "rayClusterSpec") -> ClusterShape:
     """The nodes a RayCluster spec asks for, capped to what this machine can hold (with a note per cap)."""
@@ -91,7 +97,8 @@ def cluster_shape(raycluster_spec: dict, *, max_worker_nodes: int | None = None,
     auth_mode = ((raycluster_spec.get("authOptions") or {}).get("mode") or "").lower()
     auth = auth_mode == "token" or head.env.get("RAY_AUTH_MODE", "").lower() == "token"
 
-    max_worker_nodes = max_worker_nodes if max_worker_nodes is not None else max(2, os.cpu_count() or 2)
+    if max_worker_nodes is None:
+        max_worker_nodes = default_max_worker_nodes()
     if memory_budget is None:
         memory_budget = int(memory_available() * 0.6)
     used = (head.memory or DEFAULT_NODE_MEMORY) + NODE_OVERHEAD_BYTES
@@ -455,6 +462,19 @@ class LocalCluster:
         proc = self._procs.get(node.spec.name)
         return proc is not None and proc.poll() is not None
 
+    def pending_for(self, node: Node) -> float:
+        """Seconds the deleted node's recreated pod still stays Pending (`delete-node --pending`); 0 once it may
+        start."""
+        path = pending_path(self.run_dir, node.spec.name)
+        try:
+            until = float(json.loads(path.read_text())["until"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0.0
+        left = until - time.time()
+        if left <= 0:
+            path.unlink(missing_ok=True)
+        return max(left, 0.0)
+
     def restart_node(self, node: Node) -> None:
         """What the RayCluster controller does for a lost worker pod: remove its remains and start a new pod,
         which (as in Kubernetes) gets a new address. Reusing the old address and ports at once can leave Ray with
@@ -520,13 +540,22 @@ def kill_node(state_file: Path, name: str) -> list[int]:
 PRESTOP_EXTENSION_S = 2.0
 
 
-def delete_node(state_file: Path, name: str, grace: float | None = None, out: IO[str] | None = None) -> dict:
+def pending_path(run_dir: Path, name: str) -> Path:
+    return Path(run_dir) / f"pending-{name}.json"
+
+
+def delete_node(state_file: Path, name: str, grace: float | None = None, out: IO[str] | None = None,
+                pending_s: float = 0.0) -> dict:
     """Delete one node as kubelet deletes its pod: run the Ray container's preStop exec (from the RayCluster spec the
     cluster was built from) in the node's environment and network namespace, then SIGTERM the container's main
     process (KubeRay's `ray start --block`), then SIGKILL whatever is left once the grace period (the pod's
     terminationGracePeriodSeconds, or `grace` as `kubectl delete pod --grace-period`) has passed since the start.
+    pending_s: the pod the RayCluster controller recreates stays Pending this long (no node has room for it, as
+    while a cloud's autoscaler brings a new VM up); `raytrain emulate` starts it after that.
     Returns what happened: the hook's exit status and output, and when the node's processes ended."""
     state, node = _state_node(state_file, name)
+    if pending_s > 0:  # before the node ends: the emulation must not recreate it at once
+        files.write_atomic(pending_path(Path(state_file).parent, name), json.dumps({"until": time.time() + pending_s}))
     grace = float(node.get("grace_seconds", 30) if grace is None else grace)
     started = time.monotonic()
     outcome: dict = {"node": name, "grace_seconds": grace, "pre_stop": node.get("pre_stop") or [],

@@ -247,9 +247,9 @@ def ray_datasets(p: CIFAR10, ctx):
 
 
 def check(p: CIFAR10, cfg, fail):
-    if p.synthetic and (p.synthetic_train < cfg.scaling.num_workers or p.synthetic_val < 1):
+    if p.synthetic and (p.synthetic_train < cfg.scaling.max_workers or p.synthetic_val < 1):
         fail("data.synthetic_train", f"{p.synthetic_train} training / {p.synthetic_val} validation images are too few "
-             f"for {cfg.scaling.num_workers} workers", "generate at least one image per worker and one to validate")
+             f"for {cfg.scaling.max_workers} workers", "generate at least one image per worker and one to validate")
     if cfg.model_kwargs.get("num_classes", NUM_CLASSES) != NUM_CLASSES:
         fail("model.num_classes", f"CIFAR-10 has {NUM_CLASSES} classes", f"set model.num_classes={NUM_CLASSES}")
     if cfg.model_kwargs.get("image_size", 32) != 32:

@@ -31,6 +31,6 @@ class Linear(DataSource):
         return splits(arrays_to_ray(x, y) if ctx.loader == "ray" else tensor_dataset(x, y))
 
     def check(self, cfg, fail) -> None:
-        if self.num_samples < cfg.scaling.num_workers:
-            fail("data.num_samples", f"{self.num_samples} samples cannot feed {cfg.scaling.num_workers} workers",
+        if self.num_samples < cfg.scaling.max_workers:
+            fail("data.num_samples", f"{self.num_samples} samples cannot feed {cfg.scaling.max_workers} workers",
                  "use more samples than workers")

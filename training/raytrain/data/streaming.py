@@ -119,9 +119,9 @@ def check(p: Streaming, cfg, fail):
              "use e.g. train_size 32 with image_size 256")
     if p.rows_per_block < 1:
         fail("data.rows_per_block", f"{p.rows_per_block} must be >= 1", "use e.g. 32")
-    if num_images(p) < cfg.scaling.num_workers:
+    if num_images(p) < cfg.scaling.max_workers:
         fail("data.data_size_gb", f"{p.data_size_gb} GB holds {num_images(p)} images of {p.image_size}x{p.image_size}, "
-             f"fewer than the {cfg.scaling.num_workers} workers", "stream more data or use fewer workers")
+             f"fewer than the {cfg.scaling.max_workers} workers", "stream more data or use fewer workers")
     if cfg.model_kwargs.get("num_classes", p.num_classes) != p.num_classes:
         fail("model.num_classes", f"the streamed data has data.num_classes={p.num_classes} classes",
              f"set model.num_classes={p.num_classes}")

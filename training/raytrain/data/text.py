@@ -196,9 +196,9 @@ def check(p: Text, cfg, fail):
         fail("data.max_len", f"{p.max_len} must be >= 1", "use e.g. 128")
     if p.num_classes < 2:
         fail("data.num_classes", f"{p.num_classes} is not a classification", "use 4 for AG News")
-    if p.synthetic and min(p.synthetic_train, p.synthetic_val) < cfg.scaling.num_workers:
+    if p.synthetic and min(p.synthetic_train, p.synthetic_val) < cfg.scaling.max_workers:
         fail("data.synthetic_train", f"{p.synthetic_train}/{p.synthetic_val} documents are too few for "
-             f"{cfg.scaling.num_workers} workers", "generate at least one document per worker in each split")
+             f"{cfg.scaling.max_workers} workers", "generate at least one document per worker in each split")
     model = cfg.model_kwargs
     if model.get("vocab_size", p.vocab_size) < p.vocab_size:
         fail("model.vocab_size", f"{model['vocab_size']} is smaller than data.vocab_size {p.vocab_size}",

@@ -369,7 +369,7 @@ def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> 
 
 def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
     from raytrain.errors import LaunchError
-    from raytrain.sizing import size_workers  # the same sizing `raytrain run` does on the cluster
+    from raytrain.sizing import size_workers, workers_that_fit  # the same sizing `raytrain run` does on the cluster
 
     embedded = isinstance(get(job.obj, "spec", "rayClusterSpec"), dict)
     try:
@@ -377,10 +377,19 @@ def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluste
     except (QuantityError, ShapeError) as exc:
         message, fix = split_fix(str(exc))
         return [(job if embedded else cluster).problem("", message, fix)]
+    field = source.field if source.text is not None else "spec.entrypoint"
     try:
-        size_workers(cfg, nodes)
+        per_worker = size_workers(cfg, nodes)
     except LaunchError as exc:
         message, fix = split_fix(str(exc))
-        return [source.doc.problem(source.field if source.text is not None else "spec.entrypoint",
-                                   f"on RayCluster {cluster.name}: {message}", fix)]
+        return [source.doc.problem(field, f"on RayCluster {cluster.name}: {message}", fix)]
+    s = cfg.scaling
+    most = workers_that_fit(nodes, per_worker)
+    if s.elastic and most < s.max_workers:  # it runs, but never at its full size
+        shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
+        return [source.doc.problem(field, f"on RayCluster {cluster.name}: the elastic run grows to at most {most} of "
+                                   f"its {s.max_workers} workers of {{{shape}}} (its nodes at maxReplicas hold no "
+                                   f"more)", f"raise the worker groups' maxReplicas (with autoscaling on) or "
+                                   f"replicas, or set scaling.num_workers to [{s.min_workers}, {max(most, s.min_workers)}]",
+                                   severity="warning")]
     return []
