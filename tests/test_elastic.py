@@ -31,7 +31,7 @@ def test_a_request_reaches_its_attempts_group_and_no_other(tmp_path):
     assert elastic.answered(tmp_path, "another") is None
     elastic.clear(tmp_path)
     assert elastic.pending(tmp_path, 3, world_size=2) is None and elastic.answered(tmp_path, request_id) is None
-    elastic.clear(tmp_path)  # nothing to clear: no error
+    assert (tmp_path / elastic.REQUEST_FILE).exists()  # emptied, never deleted (NFS: see elastic.prepare)
 
 
 @pytest.mark.parametrize("content", [
@@ -89,7 +89,7 @@ def test_the_session_checkpoints_at_the_step_answers_and_ends_for_the_resize(tmp
     cfg = config(tmp_path, "train.epochs=1", "scaling.num_workers=[1, 2]")
     session = session_for(cfg, token=3)
     request_id = elastic.request(session.run_dir, 3, 2)
-    session._steps.resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
+    session._resize_requested = session._steps.resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
     model = session.prepare_model(session.build_model())
     optimizer = build_optimizer(cfg, model)
     session.restore(model, optimizer)
@@ -103,7 +103,34 @@ def test_the_session_checkpoints_at_the_step_answers_and_ends_for_the_resize(tmp
     meta = json.loads((checkpoint / "meta.json").read_text())
     assert (meta["epoch"], meta["step"]) == (0, trained) and 0 < trained < 8
     held = json.loads((session.run_dir / elastic.HELD_FILE).read_text())
-    assert held["id"] == request_id and held["checkpoint"] == checkpoint.name
+    assert held["id"] == request_id and held["checkpoint"] == checkpoint.name and held["ending"] == "resizing"
+
+
+@pytest.mark.parametrize("rank, answered", [(0, True), (1, False)])
+def test_a_group_that_ends_another_way_answers_an_open_request_with_its_ending(tmp_path, rank, answered):
+    cfg = config(tmp_path, "train.epochs=1", "scaling.num_workers=[1, 2]")
+    session = session_for(cfg, token=3)
+    session.rank = rank
+    elastic.prepare(session.run_dir)
+    session._resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
+    session.answer_resize("finished")  # no request open: nothing to answer
+    assert json.loads((session.run_dir / elastic.HELD_FILE).read_text()) == {"id": None}
+    request_id = elastic.request(session.run_dir, 3, 2)
+    session.answer_resize("stopped")
+    held = elastic.answered(session.run_dir, request_id)
+    assert (held is not None and held["ending"] == "stopped") == answered  # rank 0 alone answers
+
+
+def test_a_fenced_request_is_refused_once_a_newer_attempt_holds_the_run(tmp_path):
+    from raytrain.runcontrol import WorkerControl
+
+    (tmp_path / "lease.json").write_text(json.dumps({"token": 4, "host": "h", "pid": 1, "since": 0,
+                                                     "renewed": time.time(), "ttl_s": 30}))
+    elastic.prepare(tmp_path)
+    with pytest.raises(AttemptEnded):
+        elastic.request(tmp_path, 3, 2, WorkerControl(tmp_path, 3))
+    assert json.loads((tmp_path / elastic.REQUEST_FILE).read_text()) == {"id": None}  # the newer attempt's, intact
+    elastic.clear(tmp_path, WorkerControl(tmp_path, 3))  # refused quietly
 
 
 def test_a_group_that_starts_at_another_size_records_a_resize(tmp_path):

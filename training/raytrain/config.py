@@ -605,6 +605,8 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
                 fail(key, f"'{value}' applies to raytrain.Session loops; a Ray Train function prepares its model and "
                           f"reports its checkpoints itself", f"drop {key} (or set it to {default}), and shard the "
                                                              f"model inside the function")
+    if s.elastic:
+        _check_elastic(cfg, fail)
     if s.strategy == "fsdp" and t.mixed_precision == "fp16":
         fail("train.mixed_precision", "fp16 with scaling.strategy fsdp needs a sharded gradient scaler, which "
              "raytrain does not provide", "use bf16 (or auto: bf16 on GPU), or scaling.strategy ddp")
@@ -621,6 +623,27 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
         fail("run.name", f"'{r.name}' cannot name a run directory", "use letters, digits, '-' and '_'")
     if not r.storage_path or not r.storage_path.strip():
         fail("run.storage_path", "is empty", "give a directory, on a cluster the shared volume such as /mnt/shared/runs")
+
+
+def _check_elastic(cfg: RunConfig, fail: Callable) -> None:
+    """What Ray Train's elasticity cannot do as raytrain sizes it (ray/train/v2/.../scaling_policy/elastic.py)."""
+    s = cfg.scaling
+    # Ray's AutoscalingCoordinator rounds each worker's request up to whole units and counts workers per rounded
+    # bundle: a fraction of a GPU, or 1.5 CPUs, would count fewer workers than fit, and a run raytrain sized as
+    # fitting would wait forever below min.
+    if s.use_gpu and s.gpus_per_worker != int(s.gpus_per_worker):
+        fail("scaling.gpus_per_worker", f"{s.gpus_per_worker:g} GPU per worker: an elastic run's workers count in "
+             f"whole GPUs (Ray Train's elastic policy rounds each up)", "use whole GPUs per worker, or a fixed "
+             "scaling.num_workers")
+    if s.cpus_per_worker != "auto" and float(s.cpus_per_worker) > 1 and float(s.cpus_per_worker) % 1:
+        fail("scaling.cpus_per_worker", f"{s.cpus_per_worker:g} CPUs per worker: above one CPU, an elastic run's "
+             f"workers count in whole CPUs (Ray Train's elastic policy rounds each up)", "use a whole number of "
+             "CPUs (or a share of 1 or less), or a fixed scaling.num_workers")
+    if cfg.data is not None and cfg.data.loader == "ray":
+        # Ray Data's tasks need CPUs beside the workers; raytrain keeps one free only for min workers, and a grow to
+        # max would take it.
+        fail("data.loader", "ray (Ray Data) with an elastic scaling.num_workers is not supported: the CPU its tasks "
+             "need is not kept once the run grows", "use data.loader: torch, or a fixed scaling.num_workers")
 
 
 def _check_batches(t: TrainSection, s: ScalingSection, fail: Callable) -> None:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from raytrain import files
+from raytrain.runcontrol import AttemptEnded, Control
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +68,24 @@ def _read(path: Path) -> Optional[dict]:
     return data if isinstance(data, dict) else None
 
 
-def request(run_dir: Path, attempt: int, to_workers: int) -> str:
+def _write(path: Path, record: dict, control: Optional[Control]) -> None:
+    # Fenced where the writer is an attempt's controller: one that lost the run never overwrites the newer one's.
+    files.write_atomic(path, json.dumps(record), before_replace=control.check if control is not None else None)
+
+
+def prepare(run_dir: Path, control: Optional[Control] = None) -> None:
+    """Both files exist, as empty records, before any worker polls them (the driver, before training): a reader on
+    another node then always opens an existing name, which NFS's close-to-open consistency keeps current (a lookup
+    of a missing name may be cached for up to a minute: raytrain.lease). They are replaced, never deleted."""
+    for name in (REQUEST_FILE, HELD_FILE):
+        _write(Path(run_dir) / name, {"id": None}, control)
+
+
+def request(run_dir: Path, attempt: int, to_workers: int, control: Optional[Control] = None) -> str:
     """The controller's request that the running group checkpoint at its next step and hold; returns its id."""
     request_id = uuid.uuid4().hex
-    files.write_atomic(Path(run_dir) / REQUEST_FILE, json.dumps(
-        {"id": request_id, "attempt": attempt, "to": to_workers, "time": time.time()}))
+    _write(Path(run_dir) / REQUEST_FILE, {"id": request_id, "attempt": attempt, "to": to_workers,
+                                          "time": time.time()}, control)
     return request_id
 
 
@@ -87,24 +101,26 @@ def pending(run_dir: Path, attempt: int, world_size: int) -> Optional[dict]:
     return data
 
 
-def answer(run_dir: Path, request_id: str, checkpoint: Optional[str]) -> None:
-    """Rank 0, once the resize step's checkpoint has committed: the workers hold from here."""
+def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: str = "resizing") -> None:
+    """Rank 0's answer: "resizing" once the resize step's checkpoint has committed (the workers hold from there);
+    or how the group ended otherwise (a stop, a drain, the loop's end) with a request still open, so that the
+    controller never waits out its timeout for an answer that cannot come."""
     files.write_atomic(Path(run_dir) / HELD_FILE, json.dumps({"id": request_id, "checkpoint": checkpoint,
-                                                               "time": time.time()}))
+                                                               "ending": ending, "time": time.time()}))
 
 
 def answered(run_dir: Path, request_id: str) -> Optional[dict]:
-    """Rank 0's answer to this request ({"id", "checkpoint", "time"}), or None."""
+    """Rank 0's answer to this request ({"id", "checkpoint", "ending", "time"}), or None."""
     data = _read(Path(run_dir) / HELD_FILE)
     return data if data is not None and data.get("id") == request_id else None
 
 
-def clear(run_dir: Path) -> None:
-    for name in (REQUEST_FILE, HELD_FILE):
-        try:
-            (Path(run_dir) / name).unlink(missing_ok=True)
-        except OSError:
-            pass
+def clear(run_dir: Path, control: Optional[Control] = None) -> None:
+    """Back to empty records (see prepare): the next group reads no request."""
+    try:
+        prepare(run_dir, control)
+    except (OSError, AttemptEnded):  # the next group ignores a request of another size or attempt anyway
+        pass
 
 
 def hold(seconds: float = HOLD_S) -> None:
@@ -154,21 +170,28 @@ def resize_checkpoint_callback(run_dir: Path, attempt: int, timeout_s: float = C
             from raytrain import runs
             from raytrain.runcontrol import WorkerControl
 
-            records = runs.Records(run_dir, WorkerControl(run_dir, attempt))  # fenced: this attempt's run only
-            request_id = request(run_dir, attempt, to_workers)
+            control = WorkerControl(run_dir, attempt)  # fenced: this attempt's run only
+            records = runs.Records(run_dir, control)
+            try:
+                request_id = request(run_dir, attempt, to_workers, control)
+            except AttemptEnded:  # a newer attempt holds the run: it is not ours to checkpoint
+                return
             try:
                 held = wait_answered(run_dir, request_id, timeout_s)
-                if held is not None:
+                if held is not None and held.get("ending") == "resizing":
                     records.append_event("resizing", workers=to_workers, checkpoint=held.get("checkpoint"),
                                          message=f"Ray Train resizes the worker group to {to_workers} workers; it "
                                                  f"checkpointed at its step ({held.get('checkpoint')}) first")
-                    return
-                records.append_event(
-                    "warning", message=f"the workers did not checkpoint within {timeout_s:.0f} s of Ray Train's "
-                                       f"resize to {to_workers} workers; resized anyway (the steps since the last "
-                                       f"checkpoint train again). Fix: raise RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S "
-                                       f"(on the driver) above one step plus one checkpoint write.")
+                elif held is None:
+                    records.append_event(
+                        "warning", message=f"the workers did not checkpoint within {timeout_s:.0f} s of Ray Train's "
+                                           f"resize to {to_workers} workers; resized anyway (the steps since the last "
+                                           f"checkpoint train again). Fix: raise RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S "
+                                           f"(on the driver) above one step plus one checkpoint write.")
+                # else: the group ended another way (stopped, drained, done) and said so: nothing to add
+            except AttemptEnded:
+                return
             finally:
-                clear(run_dir)
+                clear(run_dir, control)
 
     return ResizeCheckpoint()

@@ -200,11 +200,13 @@ def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
     its controller failed (no restarts are counted for that)."""
     from ray.train import ControllerError
 
-    starts = [e for e in runs.read_events(run_dir) if e.get("event") == "start"]
+    events = runs.read_events(run_dir)
+    starts = [e for e in events if e.get("event") == "start"]
+    resized = [e for e in events if e.get("event") == "resizing"]  # an elastic run's grows: no failure
     if isinstance(err, ControllerError):
         what = "Ray Train's controller failed"
     else:
-        what = (f"training failed after {max(len(starts) - 1, 0)} worker-group restart(s) "
+        what = (f"training failed after {max(len(starts) - 1 - len(resized), 0)} worker-group restart(s) "
                 f"({cfg.run.max_failures} allowed)")
     kept = (f"Checkpoints written so far are kept in {run_dir}; fix the cause and run the same command again to resume"
             if checkpoints.committed(run_dir) else
@@ -238,6 +240,8 @@ class RayTrainer:
             console.info("connected", f"{connected}; run directory {run_dir}", out=self.out, run_dir=str(run_dir))
         # Sized against what an autoscaler can still add, waiting for it (scaleup.py), else the nodes up now.
         per_worker = self.per_worker or scaleup.size_on_cluster(cfg, alive_node_resources, out=self.out)
+        if cfg.scaling.elastic:
+            elastic.prepare(run_dir, records.control)
         trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
                                 on_cluster=self.address is not None, resize_timeout_s=self.resize_timeout_s)
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())

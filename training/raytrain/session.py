@@ -245,10 +245,19 @@ class Session(ABC):
         self.wait_for_checkpoint()  # the checkpoint just taken commits before the attempt (or group) ends
         if ending is Ending.DRAINING and self.is_rank_zero:
             self.records.append_event("drain", message=reason)
-        if ending is Ending.RESIZING and self.is_rank_zero and self._steps.resize_request is not None:
-            newest = self.checkpointer.latest()
-            elastic.answer(self.run_dir, self._steps.resize_request["id"], newest[0].name if newest else None)
+        if ending is Ending.RESIZING:
+            self.answer_resize(ending.value)  # the workers hold from here: raytrain.elastic
         raise AttemptEnded(ending, reason)
+
+    def answer_resize(self, ending: str) -> None:
+        """Rank 0 answers an open resize request (raytrain.elastic) when its group ends, however it ends, so that
+        Ray Train's controller does not wait out its timeout."""
+        if not self.is_rank_zero or self._resize_requested is None:
+            return
+        request = (self._steps.resize_request if self._steps is not None else None) or self._resize_requested()
+        if request is not None:
+            newest = self.checkpointer.latest()
+            elastic.answer(self.run_dir, request["id"], newest[0].name if newest else None, ending)
 
     # ------------------------------------------------------------------------------------------ reduce
 
@@ -550,6 +559,8 @@ def worker_entry(loop_config: dict) -> None:
     except AttemptEnded as ended:
         if ended.ending is not Ending.LEASE_LOST:
             session.wait_for_checkpoint()
+        if ended.ending is not Ending.RESIZING:
+            session.answer_resize(ended.ending.value)
         if ended.ending is Ending.DRAINING:
             # A worker failure for Ray Train, which starts a new group on the nodes left; it resumes from the
             # checkpoint just taken.
@@ -558,6 +569,7 @@ def worker_entry(loop_config: dict) -> None:
             elastic.hold()  # until Ray Train's controller replaces the group (raytrain.elastic)
         return  # checkpointed (unless the lease was lost); the driver writes the result
     session.wait_for_checkpoint()
+    session.answer_resize("finished")
     session.finished()
 
 
