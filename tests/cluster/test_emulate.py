@@ -4,15 +4,20 @@ and status output. The real clusters are in tests/integration/test_emulate.py.""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.support import checks
+from tests.support.cli import exit_status
 
+from raytrain.cluster import localcluster
 from raytrain.cluster.emulate import (
-    JobInput, RayJobError, RayJobStatus, load_rayjob, local_runtime_env, materialise_configmaps, new_job_id,
+    SUSPEND_FILE, JobInput, RayJobError, RayJobStatus, load_rayjob, local_runtime_env,
+    materialise_configmaps, new_job_id, set_suspend, suspend_refusal, write_status, write_suspend,
 )
+from raytrain.processes import process_start
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,3 +129,109 @@ def test_run_checks_on_a_run_directory(tmp_path):
         handle.write(json.dumps({"epoch": 10}) + "\n")
     with pytest.raises(AssertionError, match=r"more than once.*\[10\]"):
         checks.assert_run_completed(run, 10)
+
+
+# --------------------------------------------------------------------------------------------------- suspend
+# `raytrain cluster suspend|unsuspend RUN_ID` against run directories as a running emulation leaves them (written
+# with its own writers; the emulation's owner is this test process, alive, or a pid reused since).
+
+RUN_ID = "rte0000aa"
+
+
+def _run_dir(root: Path, owner: str | None = "alive", deployment: str | None = "Running", suspend: str | None = None,
+             refused: str = "") -> None:
+    run_dir = root / RUN_ID
+    run_dir.mkdir()
+    if owner:
+        started = process_start(os.getpid())
+        (run_dir / "state.json").write_text(json.dumps({
+            "run_id": RUN_ID, "owner_pid": os.getpid(),
+            "owner_started": started if owner == "alive" else started + 1}))
+    if deployment:
+        write_status(run_dir, "demo", deployment, refused)
+    if suspend in ("true", "false"):
+        write_suspend(run_dir, suspend == "true")
+    elif suspend is not None:
+        (run_dir / SUSPEND_FILE).write_text(suspend)
+
+
+@pytest.fixture
+def run_root(tmp_path, monkeypatch):
+    monkeypatch.setattr(localcluster, "RUN_ROOT", tmp_path)  # where this test's run directories are
+    return tmp_path
+
+
+@pytest.mark.parametrize("run_id, layout, suspend, message", [
+    ("nope", None, True, r"'nope' is not an emulated cluster's run id \(rte and 6 hex digits\)\. Fix: pass the run id"),
+    (RUN_ID, None, True, r"no emulated cluster rte0000aa \(.*state.json is missing .*\): its `raytrain emulate` has "
+                         r"ended, or the id is mistyped\. Fix:"),
+    (RUN_ID, {"deployment": None}, True, r"rte0000aa runs no RayJob \(.*rayjob-status.json is missing .*\): only `raytrain "
+                                         r"emulate` acts on spec.suspend\. Fix:"),
+    (RUN_ID, {"owner": "reused"}, False, r"the `raytrain emulate` of rte0000aa is not running .* Fix:"),
+    (RUN_ID, {"refused": "KubeRay v1.7.0 marks ... Fix: x"}, True, r"^RayJob demo: KubeRay v1.7.0 marks"),
+    (RUN_ID, {"deployment": "Complete"}, True, r"RayJob demo is Complete: KubeRay v1.7.0 suspends only an "
+                                               r"Initializing or Running RayJob .* Fix: nothing to suspend"),
+    (RUN_ID, {"suspend": "true"}, True, r"spec.suspend is already true \(jobDeploymentStatus Running\)\. Fix: "
+                                         r"`raytrain cluster unsuspend rte0000aa` to resume it"),
+    (RUN_ID, {"suspend": "false"}, False, r"spec.suspend is already false .* Fix: `raytrain cluster suspend "
+                                          r"rte0000aa` first"),
+    (RUN_ID, {}, False, r"spec.suspend is already false"),  # no file yet: the emulation starts with false
+    (RUN_ID, {"deployment": "Suspended", "suspend": "yes"}, False,
+     r"rayjob-suspend: holds 'yes', not true or false \(the RayJob's spec.suspend\)\. Fix:"),
+])
+def test_suspend_requests_that_cannot_be_done_say_why_and_the_fix(run_root, run_id, layout, suspend, message):
+    if layout is not None:
+        _run_dir(run_root, **layout)
+    spec_file = run_root / RUN_ID / SUSPEND_FILE
+    before = spec_file.read_text() if spec_file.exists() else None
+    with pytest.raises(RayJobError, match=message) as raised:
+        set_suspend(run_id, suspend)
+    assert "\n" not in str(raised.value)
+    assert (spec_file.read_text() if spec_file.exists() else None) == before  # nothing written
+
+
+@pytest.mark.parametrize("deployment, before, suspend, after", [
+    ("Running", "false", True, "true"),
+    ("Initializing", None, True, "true"),  # KubeRay suspends from Initializing too
+    ("Suspended", "true", False, "false"),
+    ("Suspending", "true", False, "false"),  # KubeRay ends the Suspending first, then sees false
+    ("Complete", "true", False, "false"),  # a suspend that came too late can be taken back
+])
+def test_suspend_and_unsuspend_write_spec_suspend(run_root, deployment, before, suspend, after):
+    _run_dir(run_root, deployment=deployment, suspend=before)
+    said = set_suspend(RUN_ID, suspend)
+    assert said.startswith(f"RayJob demo: spec.suspend set to {after}")
+    assert (run_root / RUN_ID / SUSPEND_FILE).read_text() == after + "\n"
+
+
+def test_the_cli_says_a_refusal_in_one_line(run_root, capsys):
+    _run_dir(run_root, suspend="true")
+    assert exit_status(["cluster", "suspend", RUN_ID]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("raytrain: error: cluster suspend: RayJob demo: spec.suspend is already true")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert exit_status(["cluster", "unsuspend", RUN_ID]) == 0
+    assert "spec.suspend set to false" in capsys.readouterr().out
+    assert exit_status(["cluster", "unsuspend", "rte0000ab"]) == 1
+    assert "no emulated cluster rte0000ab" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("manifest, refused", [
+    ("rayjob-standalone.yaml", None),  # its own cluster, shutdownAfterJobFinishes: true
+    ("rayjob.yaml", "clusterSelector RayJob ValidationFailed"),
+])
+def test_which_rayjobs_kuberay_suspends(manifest, refused):
+    job = load_rayjob(REPO / "manifests" / manifest)
+    reason = suspend_refusal(job.spec, owns_cluster=bool(job.spec.get("rayClusterSpec")))
+    assert (reason == "") if refused is None else (refused in reason and "Fix:" in reason), reason
+
+
+@pytest.mark.parametrize("spec, owns, refused", [
+    ({"shutdownAfterJobFinishes": True}, True, ""),
+    ({}, True, "shutdownAfterJobFinishes false"),
+    ({"shutdownAfterJobFinishes": False}, True, "shutdownAfterJobFinishes false"),
+    ({"shutdownAfterJobFinishes": True}, False, "clusterSelector"),
+])
+def test_suspend_refusals_follow_kuberays_validation(spec, owns, refused):
+    reason = suspend_refusal(spec, owns)
+    assert refused in reason and (reason == "") == (refused == "")

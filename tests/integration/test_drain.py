@@ -173,21 +173,6 @@ def _emulated_run(tmp_path: Path):
     return run, run_id, run_dir(run_id, "linear-standalone")
 
 
-def _delete_mid_epoch(run, run_id: str, directory: Path, node: str) -> tuple[float, subprocess.CompletedProcess]:
-    from tests.support import checks
-
-    run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= 1, 400, "epoch 1")
-    time.sleep(3)  # into epoch 2
-    deleted_at = time.time()
-    done = subprocess.run([sys.executable, "-m", "raytrain.cli", "cluster", "delete-node", run_id, node],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    print(done.stdout, done.stderr)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{node}: preStop raytrain drain --wait 50 -> 0" in done.stdout, done.stdout
-    assert "training on this node ended" in done.stdout and "SIGKILL" not in done.stdout, done.stdout
-    return deleted_at, done
-
-
 def _assert_no_step_lost(directory: Path, deleted_at: float) -> dict:
     """The checkpoint taken at the drain's step is mid-epoch (step > 0), and the next start resumes right after it,
     each epoch counting every sample once: no completed step lost or redone."""
@@ -206,23 +191,7 @@ def _assert_no_step_lost(directory: Path, deleted_at: float) -> dict:
     return meta
 
 
-# A worker pod's deletion during a run (its hook drains the node; its workers checkpoint at their step and Ray Train
-# goes on on the others) is tests/integration/test_elastic.py, on an elastic run that also grows back.
-@pytest.mark.parametrize("node,hook_did,workers_say", [
-    # The head's hook stops the driver (SIGTERM: checkpoint at the next step); KubeRay's retry resumes there.
-    ("head", "SIGTERM to the raytrain driver(s)", None),
-])
-def test_a_gracefully_deleted_pod_loses_no_completed_step(tmp_path, node, hook_did, workers_say):
-    from tests.integration.test_emulate import assert_torn_down
-    from tests.support import checks
-
-    run, run_id, directory = _emulated_run(tmp_path)
-    deleted_at, done = _delete_mid_epoch(run, run_id, directory, node)
-    assert hook_did in done.stdout
-    code, output, seconds = run.finish()
-    assert code == 0, output[-4000:]
-    checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
-    assert workers_say is None or workers_say in output
-    meta = _assert_no_step_lost(directory, deleted_at)
-    print(f"{node} pod deleted at epoch {meta['epoch'] + 1} step {meta['step']}: resumed there; {seconds:.0f}s")
-    assert_torn_down(run_id)
+# The deletions of pods during a run: a worker pod's (its hook drains the node; its workers checkpoint at their step
+# and Ray Train goes on on the others) is tests/integration/test_elastic.py, on an elastic run that also grows back;
+# the head pod's with every other pod's (its hook stops the driver, which checkpoints at its next step; the new
+# submission resumes there) is tests/integration/test_suspend.py, a Kueue preemption. Both use the helpers above.

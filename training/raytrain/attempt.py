@@ -254,10 +254,22 @@ class Attempt:
         except (leases.LeaseLost, OSError) as err:
             console.warning(f"could not ask the workers to stop ({err}); stopping now", out=self.out)
             return
+        asked = time.time()
         worker.join(self.stop_grace_s)
         if worker.is_alive():
-            console.warning(f"the workers did not stop within {self.stop_grace_s:.0f} s; stopping now (work since "
-                            f"the last checkpoint is lost)", out=self.out)
+            # Their group may have checkpointed and ended already (a drain of their nodes came first) while Ray
+            # Train waits for a new group that cannot start: say when the newest checkpoint was committed.
+            newest = checkpoints.newest_complete(self.run_dir)
+            try:
+                age = asked - newest.stat().st_mtime if newest is not None else None
+            except OSError:
+                age = None
+            lost = (f"work since the newest checkpoint, {newest.name}, committed {age:.0f} s before the stop "
+                    f"request, is lost" if newest is not None and age is not None and age >= 0 else
+                    f"the newest checkpoint, {newest.name}, was committed during the stop" if newest is not None
+                    else "no checkpoint was written")
+            console.warning(f"the workers did not stop within {self.stop_grace_s:.0f} s; stopping now ({lost})",
+                            out=self.out)
 
     def _stopped(self, started: float) -> dict:
         name = signal.Signals(self.stop_signal).name if self.stop_signal else "a stop request"

@@ -378,6 +378,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             pids = localcluster.kill_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node)
             print(f"killed {len(pids)} processes of {args.node}")
             return EXIT_OK
+        if args.action in ("suspend", "unsuspend"):  # kubectl patch rayjob ... spec.suspend, for `raytrain emulate`
+            from raytrain.cluster.emulate import RayJobError, set_suspend
+
+            try:
+                print(set_suspend(args.run_id, args.action == "suspend"))
+            except RayJobError as err:
+                _error(f"cluster {args.action}: {err}")
+                return EXIT_FAILED
+            return EXIT_OK
         if args.action == "delete-node":
             outcome = localcluster.delete_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node,
                                                grace=args.grace, out=sys.stdout, pending_s=args.pending)
@@ -447,6 +456,10 @@ def add_cluster_command(sub) -> None:
     delete.add_argument("--pending", type=_duration, default=0.0, metavar="SECONDS",
                         help="the pod recreated for it stays Pending this long before `raytrain emulate` starts it "
                              "(no room for it, as while an autoscaler brings a node up; default 0)")
+    for name, value, why in (("suspend", "true", "Kueue's preemption"), ("unsuspend", "false", "its readmission")):
+        patch = actions.add_parser(name, help=f"set spec.suspend {value} on the RayJob a running `raytrain emulate` "
+                                              f"runs, as `kubectl patch rayjob` ({why})")
+        patch.add_argument("run_id", metavar="RUN_ID")
     cluster.set_defaults(func=cmd_cluster)
 
 

@@ -12,11 +12,16 @@ What KubeRay does, and what stands in for it here:
 - Status: jobStatus from Ray; jobDeploymentStatus Complete (SUCCEEDED, STOPPED) or Failed (reason AppFailed for a
   FAILED job, DeadlineExceeded past activeDeadlineSeconds); spec.backoffLimit retries a failed job with a new
   submission ID (a new cluster for an embedded rayClusterSpec, as KubeRay does; the shared storage stays).
+- spec.suspend (Kueue's preemption and readmission), patched with `raytrain cluster suspend|unsuspend RUN_ID`:
+  Suspending deletes every pod as kubelet does (preStop hook, SIGTERM, SIGKILL after the grace period) and the
+  submitter, then Suspended; unsuspended, a new cluster and a new submission (see `Emulation.suspend`).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import queue
 import secrets
 import signal
@@ -32,13 +37,15 @@ from typing import IO, Any, Iterator
 
 import yaml
 
-from raytrain import yamlfile
+from raytrain import files, yamlfile
 from raytrain.cluster.dashboard import alive_nodes, http_get
 from raytrain.validator.kustomize import KustomizeError, is_kustomization, kustomize_build
-from raytrain.cluster.localcluster import LocalCluster, clean_stale, cluster_shape
+from raytrain.cluster import localcluster
+from raytrain.cluster.localcluster import LocalCluster, clean_stale, cluster_shape, delete_node
 from raytrain.cluster.raynode import ClusterError
 from raytrain.validator.problems import Doc
 from raytrain.cluster.submitter import submitter_script
+from raytrain.processes import process_start
 from raytrain.validator.validate import check_ray_schema, target_cluster
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -258,6 +265,92 @@ def train_worker_nodes(cluster: LocalCluster) -> list[str]:
     return sorted(set(names))
 
 
+# --------------------------------------------------------------------------------------------------- suspend
+# `kubectl patch rayjob NAME --type merge -p '{"spec":{"suspend":true}}'` for an emulated RayJob: spec.suspend lives
+# in a file of the cluster's run dir, written by `raytrain cluster suspend|unsuspend RUN_ID` and polled by the
+# emulation, which reads it as a level (KubeRay's reconciler compares spec and status, it sees no events). The
+# emulation writes the RayJob's status next to it, for the command's checks.
+SUSPEND_FILE = "rayjob-suspend"  # "true" or "false"
+STATUS_FILE = "rayjob-status.json"  # {"name", "jobDeploymentStatus", "suspendRefused"}
+# rayjob_controller.go updateStatusToSuspendingIfNeeded: only Initializing and Running go to Suspending, and New or
+# Retrying get there through Initializing; a finished RayJob never does, so a request then is refused.
+FINISHED = ("Complete", "Failed", "ValidationFailed")
+
+
+def suspend_refusal(spec: dict, owns_cluster: bool) -> str:
+    """Why KubeRay v1.7.0 would not suspend this RayJob ("" when it would): utils/validation.go ValidateRayJobSpec
+    fails a RayJob whose spec.suspend is true in these cases (jobDeploymentStatus ValidationFailed)."""
+    if not owns_cluster:
+        return ("KubeRay v1.7.0 marks a clusterSelector RayJob ValidationFailed when spec.suspend is true (\"the "
+                "ClusterSelector mode doesn't support the suspend operation\", utils/validation.go "
+                "ValidateRayJobSpec). Fix: suspend a RayJob with its own rayClusterSpec (manifests/rayjob-standalone.yaml)")
+    if not spec.get("shutdownAfterJobFinishes"):
+        return ("KubeRay v1.7.0 marks a RayJob with shutdownAfterJobFinishes false ValidationFailed when spec.suspend "
+                "is true (utils/validation.go ValidateRayJobSpec). Fix: set spec.shutdownAfterJobFinishes: true")
+    return ""
+
+
+def parse_suspend(text: str, where: str) -> bool:
+    value = text.strip()
+    if value not in ("true", "false"):
+        raise RayJobError(f"{where}: holds {value[:40]!r}, not true or false (the RayJob's spec.suspend). Fix: let "
+                          "`raytrain cluster suspend|unsuspend RUN_ID` write it")
+    return value == "true"
+
+
+def write_suspend(run_dir: Path, suspend: bool) -> None:
+    files.write_atomic(Path(run_dir) / SUSPEND_FILE, "true\n" if suspend else "false\n")
+
+
+def write_status(run_dir: Path, name: str, deployment: str, refusal: str) -> None:
+    status = {"name": name, "jobDeploymentStatus": deployment, "suspendRefused": refusal}
+    files.write_atomic(Path(run_dir) / STATUS_FILE, json.dumps(status) + "\n")
+
+
+def set_suspend(run_id: str, suspend: bool) -> str:
+    """`raytrain cluster suspend|unsuspend RUN_ID`: set spec.suspend of the RayJob a running `raytrain emulate`
+    runs. Returns what was done; raises RayJobError (one line, naming the fix) for what cannot be done."""
+    fix = "Fix: pass the run id of a running `raytrain emulate` (its line `cluster rte<id>: ...`)"
+    if not localcluster.is_run_id(run_id):
+        raise RayJobError(f"{run_id!r} is not an emulated cluster's run id (rte and 6 hex digits). {fix}")
+    run_dir = localcluster.RUN_ROOT / run_id
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        raise RayJobError(f"no emulated cluster {run_id} ({run_dir / 'state.json'} is missing or unreadable): its "
+                          f"`raytrain emulate` has ended, or the id is mistyped. {fix}") from None
+    try:
+        status = json.loads((run_dir / STATUS_FILE).read_text())
+        name, deployment = status["name"], status["jobDeploymentStatus"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RayJobError(f"{run_id} runs no RayJob ({run_dir / STATUS_FILE} is missing or unreadable): only "
+                          f"`raytrain emulate` acts on spec.suspend. {fix}") from None
+    if process_start(state.get("owner_pid", -1)) != state.get("owner_started") or state.get("owner_started") is None:
+        raise RayJobError(f"the `raytrain emulate` of {run_id} is not running (a --keep cluster, or a killed run): "
+                          f"nothing would act on spec.suspend. {fix}")
+    if status.get("suspendRefused"):
+        raise RayJobError(f"RayJob {name}: {status['suspendRefused']}")
+    try:
+        current = parse_suspend((run_dir / SUSPEND_FILE).read_text(), str(run_dir / SUSPEND_FILE))
+    except FileNotFoundError:
+        current = False
+    except OSError as err:
+        raise RayJobError(f"{run_dir / SUSPEND_FILE}: cannot be read ({err.strerror}). {fix}") from None
+    if current == suspend:
+        other = "unsuspend" if suspend else "suspend"
+        raise RayJobError(f"RayJob {name}: spec.suspend is already {str(suspend).lower()} (jobDeploymentStatus "
+                          f"{deployment}). Fix: `raytrain cluster {other} {run_id}`"
+                          + (" to resume it" if suspend else " first"))
+    if suspend and deployment in FINISHED:
+        raise RayJobError(f"RayJob {name} is {deployment}: KubeRay v1.7.0 suspends only an Initializing or Running "
+                          "RayJob (rayjob_controller.go updateStatusToSuspendingIfNeeded). Fix: nothing to "
+                          "suspend; `raytrain emulate` it again")
+    write_suspend(run_dir, suspend)
+    then = ("Suspending: its pods are deleted (preStop hooks, SIGTERM), then Suspended" if suspend
+            else "New, then Initializing: a new cluster and a new submission")
+    return f"RayJob {name}: spec.suspend set to {str(suspend).lower()}; the emulation goes {then} (its [emulate] lines)"
+
+
 # --------------------------------------------------------------------------------------------------- running
 
 @contextmanager
@@ -288,12 +381,15 @@ class Emulation:
                  max_worker_nodes: int | None = None):
         self.job, self.spec, self.out = job, spec, out
         self.isolation, self.shared_dir, self.keep, self.owns_cluster = isolation, shared_dir, keep, owns_cluster
+        self.cluster_name = cluster_name
         self.status = RayJobStatus(cluster_name=cluster_name)
         self.start_time = time.monotonic()
         self.deadline = job.spec.get("activeDeadlineSeconds")
         self.cluster: LocalCluster | None = None
         self.announced_pending: set[str] = set()
         self.max_worker_nodes = max_worker_nodes
+        self.suspend_refused = suspend_refusal(job.spec, owns_cluster)
+        self.bad_suspend_file = ""
 
     def say(self, text: str) -> None:
         print(f"[emulate] {text}", file=self.out, flush=True)
@@ -306,6 +402,9 @@ class Emulation:
                               max_worker_nodes=self.max_worker_nodes)
         self.cluster = LocalCluster(shape, out=self.out, isolation=self.isolation, shared_dir=self.shared_dir,
                                     keep=self.keep)
+        # spec.suspend false: a Kueue-queued manifest's `suspend: true` is taken as admitted at once.
+        write_suspend(self.cluster.run_dir, False)
+        self.write_status()
         self.say(f"RayCluster {self.status.cluster_name}: starting {len(shape.nodes)} Ray node(s) as {self.cluster.run_id}")
         self.cluster.start()
         self.status.dashboard_url = self.cluster.dashboard_url
@@ -315,18 +414,24 @@ class Emulation:
         self.start_cluster()
         while True:
             self.status.deployment = "Running"
+            self.write_status()
             self.attempt()
+            if self.status.deployment == "Suspending":
+                self.suspend()
+                continue
             if self.status.job_status == "FAILED" and self.status.reason == "AppFailed" and \
                     self.status.failed <= backoff and not self.deadline_passed():
                 self.say(f"jobStatus FAILED, attempt {self.status.failed} of {backoff + 1} (backoffLimit {backoff}): "
                          "jobDeploymentStatus Retrying, a new submission"
                          + (" on a new RayCluster" if self.owns_cluster else " on the same RayCluster"))
                 self.status.deployment, self.status.reason = "Retrying", ""
+                self.write_status()
                 if self.owns_cluster:
                     self.cluster.restart()
                 continue
             break
         self.status.train_worker_nodes = train_worker_nodes(self.cluster)
+        self.write_status()
         print(self.status.as_yaml(self.job.name), file=self.out, end="", flush=True)
         return 0 if self.status.job_status == "SUCCEEDED" and self.status.deployment == "Complete" else 1
 
@@ -378,6 +483,7 @@ class Emulation:
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=cluster.run_dir)
         lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        checked = time.monotonic()
         try:
             while True:
                 try:
@@ -387,9 +493,15 @@ class Emulation:
                         return True
                     self.out.write(line)
                     self.out.flush()
-                    continue
+                    if time.monotonic() - checked < 0.5:  # a job that logs without pause still gets checked
+                        continue
                 except queue.Empty:
                     pass
+                checked = time.monotonic()
+                # KubeRay checks spec.suspend first in Running (rayjob_controller.go updateStatusToSuspendingIfNeeded)
+                if self.suspend_requested():
+                    self.status.deployment = "Suspending"
+                    return False  # the finally below deletes the submitter (SIGTERM, as its pod's deletion)
                 if self.deadline_passed():
                     self.on_deadline()
                     return False
@@ -415,13 +527,79 @@ class Emulation:
                         cluster.restart_node(node)
                         self.say(f"worker node {node.spec.name} is gone ({old_ip}); the RayCluster controller "
                                  f"recreates its pod: started again at {node.ip}")
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
+        finally:  # the submitter pod's deletion: all of its processes (`ray job logs --follow` too) go with it
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
                 try:
                     proc.wait(timeout=5)
+                    break
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    continue
+
+    def write_status(self) -> None:
+        write_status(self.cluster.run_dir, self.job.name, self.status.deployment, self.suspend_refused)
+
+    def suspend_requested(self) -> bool:
+        path = self.cluster.run_dir / SUSPEND_FILE
+        try:
+            return not self.suspend_refused and parse_suspend(path.read_text(), str(path))
+        except (OSError, RayJobError) as err:  # a hand-edited file: say so once, act as if unchanged
+            if str(err) != self.bad_suspend_file:
+                self.bad_suspend_file = str(err)
+                self.say(f"spec.suspend not read: {err}")
+            return False
+
+    def suspend(self) -> None:
+        """KubeRay v1.7.0 rayjob_controller.go, JobDeploymentStatusSuspending: delete the RayCluster and the
+        submitter Job without stopping the Ray job first (the pods' preStop hooks are what stops it gracefully),
+        reset the status to Suspended; JobDeploymentStatusSuspended: once spec.suspend is false, New, then
+        Initializing (initRayJobStatusIfNeed: a new StartTime, and a new jobId unless spec.jobId), a new RayCluster
+        and a new submission. KubeRay reports Suspended once the RayCluster object is gone, while its pods may still
+        run their hooks (background deletion; the next driver's --wait-for-lease covers that); here Suspended comes
+        after the pods are gone, so the next cluster never shares this machine with the old one."""
+        cluster = self.cluster
+        self.write_status()
+        self.say(f"spec.suspend true: jobDeploymentStatus Suspending: deleting RayCluster {self.status.cluster_name} "
+                 f"({len(cluster.nodes)} pods at once, each: its preStop hook, SIGTERM, SIGKILL after its grace "
+                 "period) and the submitter Job")
+        outcomes: dict[str, Any] = {}
+        log = {node.spec.name: io.StringIO() for node in cluster.nodes}  # each pod's lines, printed unmixed
+
+        def delete(name: str) -> None:  # kubelet deletes each pod on its own: in parallel
+            try:
+                outcomes[name] = delete_node(cluster.run_dir / "state.json", name, out=log[name])
+            except Exception as err:  # noqa: BLE001 - reported below; the other pods' deletions go on
+                outcomes[name] = err
+
+        threads = [threading.Thread(target=delete, args=(name,), daemon=True) for name in log]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for name, outcome in outcomes.items():
+            if isinstance(outcome, Exception):
+                raise ClusterError(f"deleting pod {name} of {cluster.run_id} failed: {outcome}")
+            hook = "".join(f"\n    {line}" for line in outcome["pre_stop_output"].strip().splitlines())
+            self.say(f"pod {'; '.join(log[name].getvalue().strip().splitlines())}{hook}")
+        # Reset the RayCluster and Ray job related status (rayjob_controller.go, JobDeploymentStatusSuspending).
+        self.status.job_id = self.status.job_status = self.status.message = self.status.reason = ""
+        self.status.cluster_name = self.status.dashboard_url = ""
+        self.status.deployment = "Suspended"
+        self.write_status()
+        self.say(f"jobDeploymentStatus Suspended: RayCluster and submitter deleted; jobId, jobStatus, rayClusterName "
+                 f"and dashboardURL reset. Waiting for spec.suspend false: raytrain cluster unsuspend {cluster.run_id}")
+        while self.suspend_requested():  # Suspended has no deadline: KubeRay checks activeDeadlineSeconds only later
+            time.sleep(0.5)
+        self.status.deployment = "Initializing"
+        self.write_status()
+        self.start_time = time.monotonic()  # initRayJobStatusIfNeed: a new StartTime, activeDeadlineSeconds anew
+        self.say(f"spec.suspend false: jobDeploymentStatus New, then Initializing: a new RayCluster "
+                 f"{self.cluster_name} (same addresses and shared storage, as {cluster.run_id}), then a new submission")
+        cluster.restart()
+        self.status.cluster_name, self.status.dashboard_url = self.cluster_name, cluster.dashboard_url
 
     def on_deadline(self) -> None:
         cluster = self.cluster

@@ -1,0 +1,72 @@
+"""Kueue's preemption of a RayJob, emulated: `raytrain cluster suspend` sets spec.suspend mid-epoch, KubeRay deletes
+the cluster (every pod as kubelet deletes it: the preStop hook `raytrain drain`, then SIGTERM) and the submitter,
+the RayJob is Suspended; `raytrain cluster unsuspend` (the readmission) brings a new cluster and a new submission,
+which resumes at the checkpoint the graceful stop took: no completed step lost or redone.
+
+    .venv/bin/python -m pytest -m integration tests/integration/test_suspend.py -v
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.integration.test_drain import _assert_no_step_lost, _emulated_run
+from tests.integration.test_emulate import _no_leftovers, assert_torn_down  # noqa: F401 - the autouse teardown
+from tests.support import checks
+from tests.support.cli import exit_status
+
+from raytrain import processes
+from raytrain.cluster import localcluster
+
+pytestmark = pytest.mark.integration
+
+
+def _patch(action: str, run_id: str, capsys) -> str:
+    """`raytrain cluster suspend|unsuspend RUN_ID`, in this process (a fresh interpreter would add seconds)."""
+    assert exit_status(["cluster", action, run_id]) == 0, capsys.readouterr()
+    return capsys.readouterr().out
+
+
+def test_a_suspended_rayjob_loses_no_completed_step_and_resumes_on_a_new_cluster(tmp_path, capsys):
+    run, run_id, directory = _emulated_run(tmp_path)
+    run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= 1, 400, "epoch 1")
+    time.sleep(3)  # into epoch 2
+    suspended_at = time.time()
+    assert "spec.suspend set to true" in _patch("suspend", run_id, capsys)
+    run.wait_for(lambda: "jobDeploymentStatus Suspended" in run.output, 180, "Suspended")
+    # The cluster is gone (every pod's hook ran and its processes ended, none killed), the submitter too.
+    state = localcluster.RUN_ROOT / run_id / "state.json"
+    old_pids = {node["name"]: node["pid"] for node in json.loads(state.read_text())["nodes"]}
+    names = list(old_pids)
+    assert not [name for name in names if localcluster.node_processes(state, name)]
+    for name in names:
+        assert f"pod {name}: preStop raytrain drain --wait 50 -> 0" in run.output, run.output[-4000:]
+    assert "SIGTERM to the raytrain driver(s)" in run.output and "SIGKILL to" not in run.output, run.output[-4000:]
+    [first] = re.findall(r"--submission-id (\S+)", run.output)
+    assert not processes.pids_mentioning(first)  # the submitter (`ray job logs --follow ID` too) is gone
+    assert exit_status(["cluster", "suspend", run_id]) == 1
+    assert "spec.suspend is already true (jobDeploymentStatus Suspended)" in capsys.readouterr().err
+
+    assert "spec.suspend set to false" in _patch("unsuspend", run_id, capsys)
+    # A new cluster: every pod started again (new processes), and the new submission runs on it.
+    run.wait_for(lambda: run.output.count("Running entrypoint for job") == 2, 300, "the new submission")
+    new_pids = {node["name"]: node["pid"] for node in json.loads(state.read_text())["nodes"]}
+    assert new_pids.keys() == old_pids.keys() and not set(new_pids.values()) & set(old_pids.values())
+    assert all(localcluster.node_processes(state, name) for name in names)
+    code, output, seconds = run.finish()
+    assert code == 0, output[-4000:]
+    rayjob = checks.rayjob_from_emulate_output(output)
+    checks.assert_job_succeeded(rayjob)
+    # Suspended, then a new cluster and a new submission (KubeRay: a new jobId after New -> Initializing).
+    order = [m.group(0) for m in re.finditer(r"jobDeploymentStatus (Suspending|Suspended|New)", output)]
+    assert order == ["jobDeploymentStatus Suspending", "jobDeploymentStatus Suspended", "jobDeploymentStatus New"]
+    submissions = re.findall(r"--submission-id (\S+)", output)
+    assert len(submissions) == 2 and len(set(submissions)) == 2, submissions
+    assert rayjob["status"]["jobId"] == submissions[1] and rayjob["status"]["failed"] == 0, rayjob["status"]
+    meta = _assert_no_step_lost(directory, suspended_at)
+    print(f"suspended at epoch {meta['epoch'] + 1} step {meta['step']}: resumed there on a new cluster; {seconds:.0f}s")
+    assert_torn_down(run_id)
