@@ -116,7 +116,8 @@ def test_a_ray_train_function_run_is_summarised_by_its_own_metrics(tmp_path):
 def test_an_elastic_runs_resizes_are_marked(tmp_path):
     run_dir = make_run(tmp_path, "elastic", 4, resumed_at=2)
     records = runs.Records(run_dir)
-    records.write_config(dump_yaml(load_config("digits", ["run.name=elastic", "scaling.num_workers=[1, 2]"])))
+    records.write_config(dump_yaml(load_config("digits", ["run.name=elastic", "scaling.num_workers=[1, 2]",
+                                                          "data.loader=torch"])))
     records.append_event("resize", previous=2, workers=1, epoch=2, step=40)
     records.append_event("start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=40, world_size=1)
     records.append_event("resize", previous=1, workers=2, epoch="bad", step=None)  # an edited file: no position
