@@ -115,7 +115,8 @@ def _main(args, capsys) -> tuple[int, str]:
 def test_name_is_the_string_typed(tmp_path, capsys, name):
     """--name 2024 and --name true were refused and --name null trained under the preset's name: the value is the
     run's name as typed. (The run stops at the GPU check, after the name has chosen the run directory.)"""
-    if pytest.importorskip("torch").cuda.is_available():
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup installs it)")
+    if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA: there the GPU check is what stops the run")
     code, said = _main(["local", "linear", "--name", name, "--storage", str(tmp_path), "--set",
                         "scaling.use_gpu=true"], capsys)

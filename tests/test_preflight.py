@@ -87,7 +87,7 @@ def test_only_the_meta_devices_own_limits_are_passed_over(tmp_path, monkeypatch)
 
 
 def test_local_refuses_use_gpu_without_cuda():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup installs it)")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device: the refusal is for machines without one")
     with pytest.raises(ConfigError, match="scaling.use_gpu is true, but torch finds no CUDA device"):

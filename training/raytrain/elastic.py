@@ -60,14 +60,6 @@ class ResizeNotApplied(RuntimeError):
     """A worker checkpointed for a resize that never came (see HOLD_S): the group ends and restarts from there."""
 
 
-def _read(path: Path) -> Optional[dict]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _write(path: Path, record: dict, control: Optional[Control]) -> None:
     # Fenced where the writer is an attempt's controller: one that lost the run never overwrites the newer one's.
     files.write_atomic(path, json.dumps(record), before_replace=control.check if control is not None else None)
@@ -92,7 +84,7 @@ def request(run_dir: Path, attempt: int, to_workers: int, control: Optional[Cont
 def pending(run_dir: Path, attempt: int, world_size: int) -> Optional[dict]:
     """The request for this attempt's running group of `world_size` workers, or None. A request left behind for
     a group of another attempt, or a resize to this very size (a new group reading an old request), is not one."""
-    data = _read(Path(run_dir) / REQUEST_FILE)
+    data = files.read_record(Path(run_dir) / REQUEST_FILE)
     if data is None or not isinstance(data.get("id"), str) or data.get("attempt") != attempt:
         return None
     to = data.get("to")
@@ -105,13 +97,13 @@ def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: st
     """Rank 0's answer: "resizing" once the resize step's checkpoint has committed (the workers hold from there);
     or how the group ended otherwise (a stop, a drain, the loop's end) with a request still open, so that the
     controller never waits out its timeout for an answer that cannot come."""
-    files.write_atomic(Path(run_dir) / HELD_FILE, json.dumps({"id": request_id, "checkpoint": checkpoint,
-                                                               "ending": ending, "time": time.time()}))
+    _write(Path(run_dir) / HELD_FILE, {"id": request_id, "checkpoint": checkpoint, "ending": ending,
+                                       "time": time.time()}, None)
 
 
 def answered(run_dir: Path, request_id: str) -> Optional[dict]:
     """Rank 0's answer to this request ({"id", "checkpoint", "ending", "time"}), or None."""
-    data = _read(Path(run_dir) / HELD_FILE)
+    data = files.read_record(Path(run_dir) / HELD_FILE)
     return data if data is not None and data.get("id") == request_id else None
 
 

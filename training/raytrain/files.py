@@ -1,8 +1,10 @@
 """Files that appear whole or not at all: written beside their final name, then renamed over it. The one copy of
-that rule for run records, checkpoints, staged data and the benchmark's figures."""
+that rule for run records, checkpoints, staged data and the benchmark's figures; and the one reader of the small
+JSON records so written that other nodes poll (the lease, an elastic run's resize request)."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from pathlib import Path
@@ -33,3 +35,13 @@ def write_atomic(path: Path, content: Union[str, bytes, Callable[[Path], None]],
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
+
+
+def read_record(path: Path) -> Optional[dict]:
+    """The JSON object a writer replaced whole at `path`, or None where there is none: missing, unreadable, not
+    JSON, or not an object. For records polled while another process may replace them."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

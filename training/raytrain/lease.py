@@ -85,14 +85,6 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _holder(data: Optional[dict]) -> Optional[Holder]:
     try:
         return Holder(**{k: data[k] for k in ("token", "host", "pid", "since", "renewed", "ttl_s")},
@@ -127,11 +119,11 @@ def _claims(run_dir: Path) -> list[int]:
 def current_holder(run_dir: Path) -> Optional[Holder]:
     """The newest claim and its liveness: lease.json when it names that claim, else the claim's own record (a
     claimant between its claim and its first write of lease.json, or one that crashed there)."""
-    pointer = _holder(_read_json(run_dir / LEASE_FILE))
+    pointer = _holder(files.read_record(run_dir / LEASE_FILE))
     newest = max(_claims(run_dir), default=0)
     if pointer is not None and pointer.token >= newest:
         return pointer
-    return _holder(_read_json(run_dir / CLAIMS_DIR / f"{newest}.json")) if newest else pointer
+    return _holder(files.read_record(run_dir / CLAIMS_DIR / f"{newest}.json")) if newest else pointer
 
 
 def held_message(run_dir: Path, holder: Holder, now: float) -> str:
@@ -144,7 +136,7 @@ def held_message(run_dir: Path, holder: Holder, now: float) -> str:
 
 def token_in(run_dir: Path) -> int:
     """The token lease.json names now (0 without one)."""
-    pointer = _holder(_read_json(run_dir / LEASE_FILE))
+    pointer = _holder(files.read_record(run_dir / LEASE_FILE))
     return pointer.token if pointer else 0
 
 
@@ -152,7 +144,7 @@ def read_signal(run_dir: Path, token: int) -> Optional[tuple[int, Optional[str]]
     """For workers at a step boundary, from lease.json (the channel every node reads consistently): (the newer
     attempt's token, None) when a newer attempt holds the run, (0, the driver's stop reason) when attempt `token`
     was asked to stop, else None. A takeover is never read as a stop request, nor the reverse."""
-    data = _read_json(Path(run_dir) / LEASE_FILE) or {}
+    data = files.read_record(Path(run_dir) / LEASE_FILE) or {}
     current = data.get("token", 0)
     if not isinstance(current, int) or isinstance(current, bool):
         return None
@@ -276,7 +268,7 @@ class Lease:
         self.check()
         newest = max(_claims(self.run_dir), default=0)
         if newest > self.token:
-            newer = _holder(_read_json(self.run_dir / CLAIMS_DIR / f"{newest}.json"))
+            newer = _holder(files.read_record(self.run_dir / CLAIMS_DIR / f"{newest}.json"))
             if newer is not None and newer.live(time.time()):
                 self._lose(f"attempt {self.token} lost run directory {self.run_dir} to attempt {newest}")
                 raise LeaseLost(self.lost)

@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     import torch
 
 POLL_S = 0.5
-RESIZE_MESSAGE = "Ray Train resizes this elastic run's worker group: checkpointed at this step, held for the new group"
 SYNC_S = 0.25
 MAX_STEPS_BETWEEN_SYNCS = 256
+RESIZE_MESSAGE = "Ray Train resizes this elastic run's worker group: checkpointed at this step, held for the new group"
 
 
 @dataclass
@@ -106,11 +106,8 @@ class StepControl:
                     ending, self.reason = signal
                     lost = ending is Ending.LEASE_LOST
                     flags[:3] = [0.0 if lost else 1.0, 1.0, 1.0 if lost else 0.0]
-                if self.resize_requested is not None:
-                    try:
-                        self.resize_request = self.resize_requested()
-                    except OSError:
-                        self.resize_request = None
+                if self.resize_requested is not None:  # raytrain.elastic.pending: None for an unreadable file
+                    self.resize_request = self.resize_requested()
                     if self.resize_request is not None:
                         flags[5] = 1.0
             due = ((self.every_steps and self.steps_since >= self.every_steps)
