@@ -16,7 +16,12 @@ is committed the same way: its files are copied into `.staging-checkpoint_<...>/
 while it is copied), then meta.json names every file with its size and sha256 (`files`, instead of the single-file
 `sha256`/`size`), then the same fenced rename and the same pruning.
 So a `checkpoint_*` directory was always completely written; a `.staging-*` one provably never was (a crash, a full
-disk, a lost lease mid-write) and is removed by the next lease holder. A committed checkpoint whose files were
+disk, a lost lease mid-write) and is removed by the next lease holder.
+
+On an object store (raytrain.storage), which has no rename, the staging directory is local (under TMPDIR) and the
+commit is an upload: every file, then, after the fence passed once more, meta.json last. A `checkpoint_*` prefix
+without meta.json is a torn upload (a kill, a lost lease or a full quota midway): never listed as committed, and
+removed by the next lease holder as a staging directory is. A committed checkpoint whose files were
 damaged later is never deleted: it is verified another way where it can be (a damaged meta.json beside a state.pt
 that loads) and otherwise skipped with a warning; a start with checkpoints none of which loads is refused
 (raytrain.resume). Pruning keeps the newest `keep` complete checkpoints of the run, whichever attempt wrote them.
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
+from raytrain import storage
 from raytrain.runcontrol import UNFENCED, Control
 
 STATE_FILE = "state.pt"
@@ -115,6 +121,8 @@ class _HashingWriter(io.RawIOBase):
 
 
 def _fsync_dir(directory: Path) -> None:
+    if storage.is_remote(directory):
+        return
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -194,7 +202,7 @@ def _listed_files(directory: Path, meta: dict) -> dict[str, tuple[Path, dict]]:
 
 def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -292,7 +300,7 @@ def verify_hash(directory: Path) -> None:
         return
     digest = hashlib.sha256()
     try:
-        with open(directory / STATE_FILE, "rb") as handle:
+        with (directory / STATE_FILE).open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     except OSError as err:
@@ -362,8 +370,12 @@ def position_of(directory: Path) -> Position:
 
 
 def committed(run_dir: Path) -> list[Path]:
-    """Every committed checkpoint directory of a run, newest position first (ties: the newest write first)."""
-    found = [p for p in Path(run_dir).glob(f"{DIR_PREFIX}*") if p.is_dir()]
+    """Every committed checkpoint directory of a run, newest position first (ties: the newest write first). On an
+    object store, only those whose manifest was uploaded (it is uploaded last)."""
+    run_dir = storage.as_path(run_dir)
+    found = [p for p in run_dir.glob(f"{DIR_PREFIX}*") if p.is_dir()]
+    if storage.is_remote(run_dir):
+        found = [p for p in found if (p / META_FILE).exists()]
 
     def key(path: Path) -> tuple:
         try:
@@ -376,13 +388,34 @@ def committed(run_dir: Path) -> list[Path]:
 
 
 def staging_dirs(run_dir: Path) -> list[Path]:
-    return sorted(p for p in Path(run_dir).glob(f"{STAGING_PREFIX}{DIR_PREFIX}*") if p.is_dir())
+    """Checkpoints provably never committed: staging directories; on an object store, prefixes without a manifest."""
+    run_dir = storage.as_path(run_dir)
+    found = [p for p in run_dir.glob(f"{STAGING_PREFIX}{DIR_PREFIX}*") if p.is_dir()]
+    if storage.is_remote(run_dir):
+        found += [p for p in run_dir.glob(f"{DIR_PREFIX}*") if p.is_dir() and not (p / META_FILE).exists()]
+    return sorted(found, key=lambda p: p.name)
 
 
 def remove(directory: Path) -> None:
-    """Delete a checkpoint directory: its manifest first, so that a crash midway leaves one that reads as damaged."""
+    """Delete a checkpoint directory: its manifest first, so that a crash midway leaves one that reads as damaged
+    (on an object store, as torn)."""
     (directory / META_FILE).unlink(missing_ok=True)
-    shutil.rmtree(directory, ignore_errors=True)
+    storage.remove_tree(directory)
+
+
+def publish(staging: Path, target: Path, fence: Callable[[], None]) -> None:
+    """The commit on an object store: upload a local staging directory's files to `target`, meta.json last and only
+    after `fence` passed; a failure removes what was uploaded (it would read as torn anyway)."""
+    manifest = staging / META_FILE
+    try:
+        for path in sorted(p for p in staging.rglob("*") if p.is_file() and p != manifest):
+            fence()
+            storage.upload_file(path, target / path.relative_to(staging).as_posix())
+        fence()
+        storage.upload_file(manifest, target / META_FILE)
+    except BaseException:
+        storage.remove_tree(target)
+        raise
 
 
 def newest_complete(run_dir: Path) -> Optional[Path]:
@@ -395,7 +428,9 @@ class FileCheckpointer:
     """The single-file checkpointer: rank 0 writes the whole state into STORAGE/NAME (see the module's doc)."""
 
     def __init__(self, run_dir: Path, control: Control = UNFENCED, keep: int = 2):
-        self.run_dir, self.control, self.keep = Path(run_dir), control, keep
+        self.run_dir, self.control, self.keep = storage.as_path(run_dir), control, keep
+        self.remote = storage.is_remote(self.run_dir)
+        self._scratch: dict[str, Path] = {}  # an object store's local staging directory per checkpoint name
 
     def save(self, position: Position, state: Callable[[], dict], *, writer: bool,
              config: Optional[dict] = None) -> Optional[Path]:
@@ -403,12 +438,18 @@ class FileCheckpointer:
             return None
         self.control.check()  # a worker of an attempt that lost the run does not even write
         name = checkpoint_dir_name(position)
-        staging = self.run_dir / f"{STAGING_PREFIX}{name}"
+        staging = self.staging_path(name)
         return self.commit(name, lambda: write_checkpoint(staging, state(), config=config or {},
                                                           attempt=self.control.token))
 
     def staging_path(self, name: str) -> Path:
-        return self.run_dir / f"{STAGING_PREFIX}{name}"
+        """Where checkpoint `name` is written before its commit: in the run directory, or, on an object store,
+        in a local directory (the commit uploads it)."""
+        if not self.remote:
+            return self.run_dir / f"{STAGING_PREFIX}{name}"
+        if name not in self._scratch:
+            self._scratch[name] = storage.scratch_dir("checkpoint") / f"{STAGING_PREFIX}{name}"
+        return self._scratch[name]
 
     def commit(self, name: str, write: Callable[[], None]) -> Path:
         """`write` fills the staging directory of checkpoint `name` (its manifest last); then the fenced rename
@@ -416,11 +457,18 @@ class FileCheckpointer:
         staging = self.staging_path(name)
         try:
             write()
-            self.control.check()  # the commit is the rename below: fenced at the last moment
-            staging.rename(self.run_dir / name)
+            self.control.check()  # the commit is the rename (the manifest's upload) below: fenced at the last moment
+            if self.remote:
+                publish(staging, self.run_dir / name, self.control.check)
+            else:
+                staging.rename(self.run_dir / name)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)  # never committed: nothing half-written stays
             raise
+        finally:
+            scratch = self._scratch.pop(name, None)
+            if scratch is not None:
+                shutil.rmtree(scratch.parent, ignore_errors=True)
         _fsync_dir(self.run_dir)
         self.prune(self.keep)
         return self.run_dir / name
@@ -454,7 +502,7 @@ class FileCheckpointer:
         removed = []
         for path in staging_dirs(self.run_dir):
             self.control.check()
-            shutil.rmtree(path, ignore_errors=True)
+            storage.remove_tree(path)
             warn(f"{path.name} was never committed (a crash or a full disk while it was written): removed")
             removed.append(path.name)
         return removed

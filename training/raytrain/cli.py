@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from raytrain import __version__, console
+from raytrain import __version__, console, storage
 from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError, UsageError
 from raytrain.run_options import add_address_option, add_config_options, add_lease_option, config_overrides
 
@@ -214,7 +214,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from raytrain.report import ReportError, report
 
     try:
-        loaded, png, page = report([Path(p) for p in args.run_dirs], Path(args.out) if args.out else None)
+        loaded, png, page = report([storage.as_path(p) for p in args.run_dirs], Path(args.out) if args.out else None)
     except ReportError as err:
         _error(f"report: {err}")
         return EXIT_USAGE
@@ -228,7 +228,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from raytrain.export import export
 
-    source, out = export(Path(args.run_dir), Path(args.out) if args.out else None)
+    source, out = export(storage.as_path(args.run_dir), Path(args.out) if args.out else None)
     console.info("export", f"exported {source.name} to {out}", checkpoint=str(source), file=str(out))
     return EXIT_OK
 

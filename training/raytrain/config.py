@@ -24,7 +24,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 import yaml
 from pydantic import BeforeValidator, Field
 
-from raytrain import components, yamlfile
+from raytrain import components, storage, yamlfile
 from raytrain.components import COMPONENT_KEY, Component
 from raytrain.errors import ConfigError, shorten, shown
 from raytrain.run_options import Override, Setting, override_origin
@@ -623,6 +623,8 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
         fail("run.name", f"'{r.name}' cannot name a run directory", "use letters, digits, '-' and '_'")
     if not r.storage_path or not r.storage_path.strip():
         fail("run.storage_path", "is empty", "give a directory, on a cluster the shared volume such as /mnt/shared/runs")
+    elif (problem := storage.url_problem(r.storage_path)) is not None:
+        fail("run.storage_path", f"{r.storage_path!r}: {problem[0]}", problem[1])
 
 
 def _check_elastic(cfg: RunConfig, fail: Callable) -> None:

@@ -36,11 +36,20 @@ def configure(log_format: Optional[str] = None, run: Optional[str] = None) -> No
 
 
 def keep_copy(run_dir: Path) -> Path:
-    """From now on, also append every line to RUN_DIR/driver-logs/<UTC time>-<host>-<pid>.log (one per attempt)."""
+    """From now on, also append every line to RUN_DIR/driver-logs/<UTC time>-<host>-<pid>.log (one per attempt).
+    On an object store (no append) the copy is written locally and uploaded when it stops (stop_copy): a driver
+    killed by SIGKILL leaves its lines in the pod's log only."""
+    from raytrain import storage
+
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    path = Path(run_dir) / DRIVER_LOGS_DIR / f"{stamp}-{socket.gethostname()}-{os.getpid()}.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    name = f"{stamp}-{socket.gethostname()}-{os.getpid()}.log"
     stop_copy()
+    if storage.is_remote(run_dir):
+        _settings["upload"] = storage.as_path(run_dir) / DRIVER_LOGS_DIR / name
+        path = storage.scratch_dir("driver-log") / name
+    else:
+        path = Path(run_dir) / DRIVER_LOGS_DIR / name
+        path.parent.mkdir(parents=True, exist_ok=True)
     _settings["copy"] = open(path, "a", encoding="utf-8", buffering=1)  # line-buffered: a killed pod loses little
     return path
 
@@ -51,9 +60,21 @@ def copy_path() -> Optional[Path]:
 
 
 def stop_copy() -> None:
-    if _settings["copy"] is not None:
-        _settings["copy"].close()
-        _settings["copy"] = None
+    copy, upload = _settings["copy"], _settings.pop("upload", None)
+    if copy is None:
+        return
+    copy.close()
+    _settings["copy"] = None
+    if upload is not None:
+        from raytrain import storage
+
+        local = Path(copy.name)
+        try:
+            storage.upload_file(local, upload)
+        except Exception as err:  # the store unreachable at the end: the lines stay in the pod's log
+            print(f"raytrain: could not upload the driver log to {upload}: {err}", file=sys.stderr)
+        finally:
+            storage.remove_tree(local.parent)
 
 
 def is_json() -> bool:

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Optional, TextIO
 
-from raytrain import checkpoints, console, elastic, preflight, runs, scaleup
+from raytrain import checkpoints, console, elastic, preflight, runs, scaleup, storage
 from raytrain.config import RunConfig
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
@@ -186,13 +186,21 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             "num_workers": s.num_workers, "use_gpu": s.use_gpu, "resources_per_worker": per_worker, **elastic_args}),
         run_config=ray.train.RunConfig(
             name=f"attempt-{lease_token or 0}",
-            storage_path=str(run_dir / RAY_TRAIN_DIR),
+            storage_path=ray_train_storage(run_dir),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=list(callbacks),
         ),
         datasets=preflight.driver_datasets(cfg),
         dataset_config=dataset_config(cfg),
     )
+
+
+def ray_train_storage(run_dir: Path) -> str:
+    """Ray Train's own storage_path: nothing of the run's is kept there (raytrain commits its own checkpoints), so for
+    a run on an object store it is a local directory rather than a second set of credentials for pyarrow's S3."""
+    if storage.is_remote(run_dir):
+        return str(storage.local_root() / RAY_TRAIN_DIR / run_dir.name)
+    return str(run_dir / RAY_TRAIN_DIR)
 
 
 def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:

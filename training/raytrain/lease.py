@@ -1,4 +1,5 @@
-"""One writer per run: a lease on STORAGE/NAME/ that works between pods on different nodes over NFS.
+"""One writer per run: a lease on STORAGE/NAME/ that works between pods on different nodes over NFS, and on an
+object store (S3, GCS) where a claim is created by a conditional PUT (If-None-Match: *) instead of link().
 
 Files, beside the run's own:
   .lease/<token>.json  one claim per attempt, created once with link(): an exclusive create that is atomic on the
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from raytrain import files
+from raytrain import files, storage
 from raytrain.errors import RaytrainError
 
 LEASE_FILE = "lease.json"
@@ -96,7 +97,9 @@ def _holder(data: Optional[dict]) -> Optional[Holder]:
 def _create_exclusive(path: Path, data: dict) -> bool:
     """Create `path` holding `data` unless it exists, atomically, also on NFS: write a private file, link() it
     to the name. If the server did the link but its reply was lost, the client sees EEXIST: the private file's
-    link count (2) says that it was ours after all."""
+    link count (2) says that it was ours after all. On an object store: a conditional PUT (If-None-Match: *)."""
+    if storage.is_remote(path):
+        return storage.create_exclusive(path, json.dumps(data).encode("utf-8"))
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     try:
@@ -109,10 +112,7 @@ def _create_exclusive(path: Path, data: dict) -> bool:
 
 
 def _claims(run_dir: Path) -> list[int]:
-    try:
-        names = os.listdir(run_dir / CLAIMS_DIR)
-    except FileNotFoundError:
-        return []
+    names = storage.listdir(run_dir / CLAIMS_DIR)
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
@@ -144,7 +144,7 @@ def read_signal(run_dir: Path, token: int) -> Optional[tuple[int, Optional[str]]
     """For workers at a step boundary, from lease.json (the channel every node reads consistently): (the newer
     attempt's token, None) when a newer attempt holds the run, (0, the driver's stop reason) when attempt `token`
     was asked to stop, else None. A takeover is never read as a stop request, nor the reverse."""
-    data = files.read_record(Path(run_dir) / LEASE_FILE) or {}
+    data = files.read_record(storage.as_path(run_dir) / LEASE_FILE) or {}
     current = data.get("token", 0)
     if not isinstance(current, int) or isinstance(current, bool):
         return None
@@ -159,7 +159,7 @@ class Lease:
 
     def __init__(self, run_dir: Path, ttl_s: float = DEFAULT_TTL_S,
                  on_lost: Optional[Callable[[str], None]] = None):
-        self.run_dir, self.token = Path(run_dir), 0
+        self.run_dir, self.token = storage.as_path(run_dir), 0
         self.ttl_s = float(ttl_s)
         self.on_lost = on_lost
         self.host, self.pid = socket.gethostname(), os.getpid()
@@ -180,7 +180,7 @@ class Lease:
         """Take the lease. A holder that stopped renewing (its attempt died: a killed driver, a lost pod, the
         RayJob's retry after either) is taken over once its renewal is ttl_s old. One that renews while this
         start watches is running: LeaseHeld names it, or with `wait` this start waits until it ends."""
-        (self.run_dir / CLAIMS_DIR).mkdir(parents=True, exist_ok=True)
+        storage.makedirs(self.run_dir / CLAIMS_DIR)
         watched: Optional[Holder] = None
         while True:
             now = time.time()

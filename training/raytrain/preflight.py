@@ -16,6 +16,7 @@ from raytrain.config import RunConfig, dump_yaml
 from raytrain.data import DataUnavailable, data_context
 from raytrain.errors import ConfigError, LaunchError
 from raytrain.runcontrol import RunControl
+from raytrain import storage
 from raytrain.storage import check_storage
 
 # Never shipped with the user's code: version control, environments, caches and run output.
@@ -161,7 +162,7 @@ def take_lease(cfg: RunConfig, ttl_s: float, *, wait: bool, notify: Callable[[st
     written."""
     check_storage(cfg.run.storage_path, cfg.run.name)
     run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    storage.makedirs(run_dir)
     return RunControl.acquire(run_dir, ttl_s, wait=wait, notify=notify, on_lost=on_lost)
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import yaml
 
-from raytrain import checkpoints, components, runs
+from raytrain import checkpoints, components, runs, storage
 
 TUNE_FILE = "tune.json"
 
@@ -74,7 +74,7 @@ def _read_config(run_dir: Path) -> dict:
 
 
 def load_run(run_dir: Path, name: Optional[str] = None) -> RunData:
-    run_dir = Path(run_dir)
+    run_dir = storage.as_path(run_dir)
     if not run_dir.is_dir():
         why = "is not a directory" if run_dir.exists() else "no such directory"
         raise ReportError(f"{run_dir}: {why}. Fix: pass a run directory, STORAGE/NAME (e.g. runs/digits)")
@@ -95,7 +95,7 @@ def load_runs(paths: list[Path]) -> list[RunData]:
     """The runs to draw: each path a run directory, or a tune directory standing for its trials."""
     loaded: list[RunData] = []
     for path in paths:
-        path = Path(path)
+        path = storage.as_path(path)
         tune_file = path / TUNE_FILE
         if tune_file.is_file():
             loaded.extend(load_tune(tune_file))
@@ -114,10 +114,10 @@ def load_tune(tune_file: Path) -> list[RunData]:
         raise ReportError(f"{tune_file}: unreadable ({err.__class__.__name__}). Fix: pass the trials' run "
                           f"directories (STORAGE/NAME-trial-<id>) instead") from None
     best_id = (summary.get("best") or {}).get("trial_id")
-    storage, sweep = tune_file.parent.parent, tune_file.parent.name
+    root, sweep = tune_file.parent.parent, tune_file.parent.name
     found = []
     for trial in trials:
-        trial_dir = storage / f"{sweep}-trial-{trial['trial_id']}"
+        trial_dir = root / f"{sweep}-trial-{trial['trial_id']}"
         if not trial_dir.is_dir():
             continue  # a trial that never started has no directory
         run = load_run(trial_dir, name=f"trial {trial['trial_id']}")
@@ -331,7 +331,8 @@ def write_html(loaded: list[RunData], png: Path) -> Path:
 
 
 def default_out(paths: list[Path]) -> Path:
-    return (Path(paths[0]) if len(paths) == 1 else Path.cwd()) / "report.png"
+    one = len(paths) == 1 and not storage.is_remote(paths[0])  # beside a local run; else the current directory
+    return (Path(paths[0]) if one else Path.cwd()) / "report.png"
 
 
 def report(paths: list[Path], out: Optional[Path] = None) -> tuple[list[RunData], Path, Path]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol
 
 from raytrain import lease as leases
+from raytrain import storage
 
 
 class Ending(str, enum.Enum):
@@ -74,7 +75,7 @@ class WorkerControl:
     soon as lease.json names a newer attempt, and reads the driver's stop request from the same file."""
 
     def __init__(self, run_dir: Path, token: int):
-        self.run_dir, self.token = Path(run_dir), int(token)
+        self.run_dir, self.token = storage.as_path(run_dir), int(token)
 
     def check(self) -> None:
         newer = leases.token_in(self.run_dir)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from raytrain import console, files
+from raytrain import console, files, storage
 from raytrain.runcontrol import UNFENCED, Control
 
 CONFIG_FILE = "config.yaml"
@@ -31,6 +31,9 @@ RESULTS_HISTORY_FILE = "results.jsonl"
 
 
 def run_dir_of(storage_path: str, name: str) -> Path:
+    """STORAGE/NAME: a directory, or a prefix in an object store (raytrain.storage)."""
+    if storage.is_remote(storage_path):
+        return storage.as_path(storage_path) / name
     return Path(storage_path).expanduser().absolute() / name
 
 
@@ -38,7 +41,7 @@ class Records:
     """The writer of one run directory's records, every commit fenced by `control` (UNFENCED: no lease held)."""
 
     def __init__(self, run_dir: Path, control: Control = UNFENCED):
-        self.run_dir, self.control = Path(run_dir), control
+        self.run_dir, self.control = storage.as_path(run_dir), control
 
     @property
     def token(self) -> Optional[int]:
@@ -54,11 +57,14 @@ class Records:
         files.write_atomic(path, text, before_replace=self.check)
 
     def write_config(self, config_yaml: str) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(self.run_dir)
         self.write_atomic(self.run_dir / CONFIG_FILE, config_yaml)
 
     def _append_line(self, name: str, row: dict) -> None:
         self.check()
+        if storage.is_remote(self.run_dir):  # no append in an object store: a conditional rewrite
+            storage.append_bytes(self.run_dir / name, (json.dumps(row) + "\n").encode("utf-8"))
+            return
         with open(self.run_dir / name, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row) + "\n")
             handle.flush()
@@ -91,7 +97,7 @@ class Records:
     def write_result(self, result: dict) -> None:
         """result.json is this attempt's outcome; results.jsonl keeps every attempt's, so a failed attempt never
         erases the record of one that trained."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        storage.makedirs(self.run_dir)
         result = self._stamped(result)
         self.write_atomic(self.run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
         self._append_line(RESULTS_HISTORY_FILE, {"time": time.time(), **result})

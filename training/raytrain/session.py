@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from raytrain import build, checkpoints, components, elastic, raytrain_script, resume, runs, sharding
+from raytrain import build, checkpoints, components, elastic, raytrain_script, resume, runs, sharding, storage
 from raytrain.checkpoints import Position
 from raytrain.config import RunConfig, config_from_dict
 from raytrain.data import DataContext, data_context
@@ -76,7 +76,7 @@ class Session(ABC):
 
     def __init__(self, config: RunConfig, run_dir: Path, control: Control = UNFENCED):
         self.config = config
-        self.run_dir = Path(run_dir)
+        self.run_dir = storage.as_path(run_dir)
         self.control = control
         self.records = runs.Records(self.run_dir, control)
         # The run config chooses (run.checkpointer): rank 0 writes one state.pt, or every worker its shards.
@@ -547,7 +547,7 @@ def worker_entry(loop_config: dict) -> None:
     if ray_train_function:  # before the function's module is imported: `from ray.train import report` gets ours
         raytrain_script.install()
     cfg = config_from_dict(loop_config["config"])
-    session = RayTrainSession(cfg, Path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
+    session = RayTrainSession(cfg, storage.as_path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
                               loop_config.get("lease_token"))
     session._telemetry_linger = bool(loop_config.get("telemetry_linger"))
     session.start()

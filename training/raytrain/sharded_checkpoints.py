@@ -10,6 +10,9 @@ A checkpoint of a run:
                               meta.json  the manifest, written last by rank 0: kind "sharded", the position, every
                                          file with its size (extra.pt with its sha256), the worker count
   checkpoint_<...>/           the same directory renamed into place by rank 0 after the run's fence passed.
+On an object store the shards are written by DCP's fsspec writer straight under the checkpoint's own prefix
+(`checkpoint_<...>/shards/`: there is no rename to make them appear), extra.pt and meta.json are staged locally and
+uploaded by the commit, meta.json last: a prefix without it is a torn checkpoint (raytrain.checkpoints).
 So, as with the single-file checkpointer, a `checkpoint_*` directory was completely written and a `.staging-*`
 one never was; the next lease holder removes the latter (raytrain.resume), and resume considers only the former.
 
@@ -45,7 +48,7 @@ from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_st
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import BlockingAsyncStager
 
-from raytrain import checkpoints, sharding
+from raytrain import checkpoints, sharding, storage
 from raytrain.checkpoints import SHARDS_DIR, CheckpointUnreadable, Loaded, Position
 from raytrain.runcontrol import UNFENCED, AttemptEnded, Control, Ending
 
@@ -93,7 +96,7 @@ class ShardedCheckpointer:
 
     def __init__(self, run_dir: Path, control: Control = UNFENCED, keep: int = 2, *, rank: int = 0,
                  asynchronous: bool = True):
-        self.run_dir, self.control, self.keep, self.rank = Path(run_dir), control, keep, rank
+        self.run_dir, self.control, self.keep, self.rank = storage.as_path(run_dir), control, keep, rank
         self.asynchronous = asynchronous
         self.files = checkpoints.FileCheckpointer(run_dir, control, keep)  # staging paths, pruning, listing
         self._in_flight: Optional[_InFlight] = None
@@ -131,7 +134,8 @@ class ShardedCheckpointer:
         # Rank 0's small state, serialized now (a snapshot) and written with the shards, in the background.
         extra = _serialized(small_state()) if self.rank == 0 else None
         state = _sharded_state(model, optimizer)
-        writer = dcp.FileSystemWriter(str(staging / SHARDS_DIR))
+        shards = self._shards_dir(name, staging)
+        writer = _fsspec()[0](str(shards)) if self.files.remote else dcp.FileSystemWriter(str(shards))
         if self.asynchronous:
             if self._stager is None:
                 self._stager = ReusedHostBuffers()
@@ -144,7 +148,7 @@ class ShardedCheckpointer:
         world = _world_size()
         in_flight = _InFlight(name, position)
         thread = threading.Thread(target=self._finish, name=f"raytrain-checkpoint-{name}", daemon=True,
-                                  args=(in_flight, wait_write, staging, extra, position, config, world))
+                                  args=(in_flight, wait_write, staging, shards, extra, position, config, world))
         in_flight.thread, self._in_flight = thread, in_flight
         thread.start()
         if not self.asynchronous:
@@ -170,20 +174,26 @@ class ShardedCheckpointer:
             self._group = dist.new_group(backend="gloo")
         return self._group
 
-    def _finish(self, in_flight: _InFlight, wait_write: Callable[[], Any], staging: Path, extra: Optional[bytes],
-                position: Position, config: dict, world: int) -> None:
+    def _shards_dir(self, name: str, staging: Path) -> Path:
+        """Where DCP writes checkpoint `name`'s shards: its staging directory, or on an object store its own prefix."""
+        return self.run_dir / name / SHARDS_DIR if self.files.remote else staging / SHARDS_DIR
+
+    def _finish(self, in_flight: _InFlight, wait_write: Callable[[], Any], staging: Path, shards: Path,
+                extra: Optional[bytes], position: Position, config: dict, world: int) -> None:
         try:
             wait_write()  # on rank 0 this returns once DCP wrote .metadata: after every worker's shards succeeded
             if self.rank == 0:
                 assert extra is not None
                 extra_meta = _write_extra(staging / EXTRA_FILE, extra)
                 in_flight.committed = self.files.commit(
-                    in_flight.name, lambda: _write_manifest(staging, position, extra_meta, config=config,
+                    in_flight.name, lambda: _write_manifest(staging, shards, position, extra_meta, config=config,
                                                             attempt=self.control.token, world_size=world))
         except BaseException as err:  # noqa: B036 - handed to the main thread
             in_flight.error = err
             if self.rank == 0:
                 shutil.rmtree(staging, ignore_errors=True)
+                if self.files.remote:  # the shards uploaded so far: never committed
+                    storage.remove_tree(self.run_dir / in_flight.name)
 
     def _settle(self, raise_error: bool = False) -> Optional[_InFlight]:
         """Wait for the checkpoint in flight (if any) and return it."""
@@ -225,7 +235,7 @@ class ShardedCheckpointer:
                     warn(f"checkpoint {path.name} is unreadable: {why}; falling back to the one before")
         candidates = _broadcast(candidates, self.rank)
         for path_text, small in candidates:
-            path = Path(path_text)
+            path = storage.as_path(path_text)
             try:
                 load_shards(path, model, optimizer)
             except (Exception, CheckpointException) as err:  # on every worker when one of them failed (DCP)
@@ -316,10 +326,23 @@ def _write_extra(path: Path, data: bytes) -> dict:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _write_manifest(staging: Path, position: Position, extra_meta: dict, *, config: dict, attempt: Optional[int],
-                    world_size: int) -> None:
-    """meta.json, last: every shard file DCP wrote (sizes), extra.pt (size and hash)."""
-    shards = staging / SHARDS_DIR
+def _fsspec() -> tuple:
+    """DCP's fsspec storage writer and reader (an object store's shards); a private module of the pinned torch."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+    return FsspecWriter, FsspecReader
+
+
+def _reader(shards: Path) -> Any:
+    from torch.distributed.checkpoint import FileSystemReader
+
+    return _fsspec()[1](str(shards)) if storage.is_remote(shards) else FileSystemReader(str(shards))
+
+
+def _write_manifest(staging: Path, shards: Path, position: Position, extra_meta: dict, *, config: dict,
+                    attempt: Optional[int], world_size: int) -> None:
+    """meta.json, last: every shard file DCP wrote (sizes), extra.pt (size and hash). `shards`: staging/shards, or
+    on an object store the checkpoint's own prefix."""
     files = {f"{SHARDS_DIR}/{p.name}": {"size": p.stat().st_size} for p in sorted(shards.iterdir()) if p.is_file()}
     if f"{SHARDS_DIR}/.metadata" not in files:
         raise CheckpointWriteFailed(f"DCP wrote no {SHARDS_DIR}/.metadata into {staging}")
@@ -375,7 +398,7 @@ def load_shards(directory: Path, model: "nn.Module", optimizer: Any) -> None:
     import torch.distributed.checkpoint as dcp
 
     state = _sharded_state(model, optimizer)
-    dcp.load(state, storage_reader=dcp.FileSystemReader(str(directory / SHARDS_DIR)))
+    dcp.load(state, storage_reader=_reader(directory / SHARDS_DIR))
     sharding.load_model_state(model, state["model"], full=False)
     if optimizer is not None:
         sharding.load_optimizer_state(model, optimizer, state["optimizer"], full=False)
@@ -383,12 +406,11 @@ def load_shards(directory: Path, model: "nn.Module", optimizer: Any) -> None:
 
 def export_model(directory: Path) -> dict:
     """A sharded checkpoint's model state as full tensors, in one process (raytrain export)."""
-    from torch.distributed.checkpoint import FileSystemReader
     # The loader that dcp_to_torch_save (torch.distributed.checkpoint.format_utils) uses, limited to the model.
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state: dict = {}
-    _load_state_dict(state, storage_reader=FileSystemReader(str(directory / SHARDS_DIR)),
+    _load_state_dict(state, storage_reader=_reader(directory / SHARDS_DIR),
                      planner=_EmptyStateDictLoadPlanner(keys={"model"}), no_dist=True)
     return state["model"]

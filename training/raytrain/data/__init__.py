@@ -51,8 +51,19 @@ class DataSource:
         raise NotImplementedError
 
 
+def dataset_root(storage_path: str) -> Path:
+    """Where datasets are prepared: STORAGE/datasets on a shared volume (prepared once, read by every node), or with
+    object storage a local directory per node (TMPDIR/raytrain-local/datasets: each node prepares its own copy, as Ray
+    Train's examples download into each worker's local disk)."""
+    from raytrain import storage
+
+    if storage.is_remote(storage_path):
+        return storage.local_root() / "datasets"
+    return Path(storage_path).absolute() / "datasets"
+
+
 def data_context(cfg) -> DataContext:
-    return DataContext(root=Path(cfg.run.storage_path).absolute() / "datasets", seed=cfg.train.seed,
+    return DataContext(root=dataset_root(cfg.run.storage_path), seed=cfg.train.seed,
                        loader=cfg.data.loader)
 
 

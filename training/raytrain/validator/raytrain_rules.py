@@ -354,6 +354,11 @@ def _admits(policy: Doc, labels: dict, port: int) -> bool:
 
 
 def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> list[Problem]:
+    from raytrain.storage import url_problem, url_scheme
+
+    if url_scheme(storage):  # an object store: every pod reaches it with the environment's credentials
+        problem = url_problem(storage)
+        return [job.problem("spec.entrypoint", f"--storage {storage}: {problem[0]}.", problem[1])] if problem else []
     mounts = shared_mounts(cluster_spec)
     where = f"RayCluster {cluster.name}"
     if not mounts:
