@@ -29,6 +29,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """One real S3-compatible server per test session (tests.support.objectstore): fsspec caches its filesystem
+    objects, so every test's client must keep meeting the same endpoint."""
+    from tests.support.objectstore import s3_server
+
+    with s3_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_prefix(s3_server) -> str:
+    """A fresh bucket on the session's S3 server, as a storage path URL."""
+    return f"s3://{s3_server.new_bucket()}/runs"
+
+
+@pytest.fixture(scope="session")
 def crd_dir() -> Path:
     """$RAYTRAIN_KUBERAY_CRDS if set (CI), else the user cache, downloaded there once (a machine with internet)."""
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from raytrain.runs import read_jsonl
+from raytrain.storage import as_path  # a directory, or a run on an object store
 
 CHECKPOINT_PREFIX = "checkpoint_"
 
@@ -52,18 +53,18 @@ def assert_job_failed(rayjob: dict, reason: str = "AppFailed") -> None:
 # --------------------------------------------------------------------------------------------------- run directory
 
 def metrics_epochs(run_dir: Path) -> list[int]:
-    return [row["epoch"] for row in read_jsonl(Path(run_dir) / "metrics.jsonl")]
+    return [row["epoch"] for row in read_jsonl(as_path(run_dir) / "metrics.jsonl")]
 
 
 def starts(run_dir: Path) -> list[dict]:
     """The worker-group starts the run recorded (one per start or resume of training)."""
-    return [e for e in read_jsonl(Path(run_dir) / "events.jsonl") if e.get("event") == "start"]
+    return [e for e in read_jsonl(as_path(run_dir) / "events.jsonl") if e.get("event") == "start"]
 
 
 def checkpoint_epochs(run_dir: Path) -> list[int]:
     """Epochs of the checkpoint directories present (names carry the epoch: checkpoint_epoch000035_...)."""
     epochs = []
-    for path in Path(run_dir).glob(f"{CHECKPOINT_PREFIX}*"):
+    for path in as_path(run_dir).glob(f"{CHECKPOINT_PREFIX}*"):
         match = re.search(r"(\d+)", path.name[len(CHECKPOINT_PREFIX):])
         if path.is_dir() and match:
             epochs.append(int(match.group(1)))
@@ -72,7 +73,7 @@ def checkpoint_epochs(run_dir: Path) -> list[int]:
 
 def assert_run_files(run_dir: Path) -> None:
     """The run left its files on the shared volume."""
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir)
     missing = [name for name in ("config.yaml", "metrics.jsonl", "events.jsonl", "result.json")
                if not (run_dir / name).is_file()]
     assert not missing, f"{run_dir} lacks {missing} (has {sorted(p.name for p in run_dir.iterdir())})" \
@@ -82,7 +83,7 @@ def assert_run_files(run_dir: Path) -> None:
 
 def assert_run_completed(run_dir: Path, epochs: int) -> None:
     """result.json says succeeded after `epochs` epochs, and metrics.jsonl has each epoch 1..epochs exactly once."""
-    run_dir = Path(run_dir)
+    run_dir = as_path(run_dir)
     assert_run_files(run_dir)
     result = json.loads((run_dir / "result.json").read_text())
     assert result.get("status") == "succeeded", f"run did not succeed: {result}"

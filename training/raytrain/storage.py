@@ -177,10 +177,17 @@ def append_bytes(path: Path, data: bytes, attempts: int = 20) -> None:
         except (FileExistsError, FileNotFoundError):  # 412 (or 404: deleted meanwhile): read again
             continue
         except OSError as err:
-            if "PreconditionFailed" in str(err) or "412" in str(err):
+            if _precondition_failed(err):
                 continue
             raise
     raise OSError(errno.EAGAIN, f"{path}: {attempts} appends in a row lost a race with other writers")
+
+
+def _precondition_failed(err: OSError) -> bool:
+    """s3fs turns S3's 412 into an OSError(EINVAL) with the service's message; the ClientError is its cause."""
+    cause = getattr(err, "__cause__", None) or getattr(err, "__context__", None)
+    code = (getattr(cause, "response", None) or {}).get("Error", {}).get("Code")
+    return code in ("PreconditionFailed", "412") or "pre-condition" in str(err).lower()
 
 
 def upload_file(source: Path, target: Path) -> None:
@@ -211,6 +218,22 @@ def listdir(path: Path) -> list[str]:
                                                                                 refresh=True)]
     except FileNotFoundError:
         return []
+
+
+def list_tree(path: Path) -> dict[str, dict]:
+    """Every object under an object-store prefix, in as few requests as the store allows: {key relative to `path`:
+    {"size", "mtime"}}."""
+    base = _key(path).rstrip("/") + "/"
+    try:
+        found = _fs(path).find(base, detail=True, refresh=True)
+    except FileNotFoundError:
+        return {}
+    listed = {}
+    for key, info in found.items():
+        modified = info.get("LastModified") or info.get("updated") or info.get("mtime")
+        stamp = modified.timestamp() if hasattr(modified, "timestamp") else 0.0
+        listed[key[len(base):]] = {"size": info.get("size"), "mtime": stamp}
+    return listed
 
 
 def makedirs(path: Path) -> None:
@@ -252,7 +275,7 @@ def check_storage(storage_path: str, run_name: str = "", source: str = "run.stor
     if not storage_path:
         raise StorageError(f"{source} is empty. Fix: give a directory for runs, on a cluster the shared volume "
                            f"such as /mnt/shared/runs.")
-    if url_scheme(storage_path):
+    if url_scheme(storage_path) or url_problem(storage_path) is not None:  # s3:/b is a typo, not a directory
         return _check_object_store(storage_path, run_name, source)
     path = Path(storage_path).expanduser().absolute()
     try:

@@ -1,0 +1,222 @@
+"""Runs on object storage (raytrain.storage), against a real S3-compatible server started by the tests (moto's
+standalone server over HTTP, tests.support.objectstore): the same guarantees as on a directory. One claim per
+token under racing starts (If-None-Match), a live holder refused and a dead one taken over, a stale holder fenced
+out, appends that lose nothing to a concurrent writer (If-Match), a checkpoint committed by its manifest uploaded
+last, and one killed mid-upload ignored, then removed by the next holder. Bad URLs get one paragraph each."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from raytrain import checkpoints, runs, storage
+from raytrain import lease as leases
+from raytrain.checkpoints import FileCheckpointer, Position
+from raytrain.lease import Lease, LeaseHeld, LeaseLost
+from raytrain.runcontrol import AttemptEnded, Ending, RunControl, WorkerControl
+from raytrain.storage import StorageError
+
+
+def run_dir(prefix: str, name: str = "run"):
+    return storage.as_path(prefix) / name
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("s3:/bucket/runs", "is not how a URL begins"),
+    ("S3://bucket/runs", "is not how a URL begins"),
+    ("s3:///bucket", "is not how a URL begins"),
+    ("hdfs://name/runs", "hdfs:// is not a storage raytrain can use"),
+    ("file:///tmp/runs", "is not how a URL begins"),
+    ("s3://My_Bucket/runs", "is not a bucket name"),
+    ("s3://ab/runs", "is not a bucket name"),
+    ("s3://bucket/../runs", "'.', '..'"),
+    ("s3://bucket//runs", "empty"),
+    ("s3://bucket/ru\x00ns", "control-character"),
+])
+def test_a_mistyped_url_is_refused_naming_it_and_the_fix(url, problem):
+    found = storage.url_problem(url)
+    assert found is not None and problem in found[0], found
+    with pytest.raises(StorageError) as refused:
+        storage.check_storage(url, "r")
+    assert url in str(refused.value) or repr(url) in str(refused.value)
+    assert "Fix:" in str(refused.value)
+
+
+@pytest.mark.parametrize("path", ["./runs", "/mnt/shared/runs", "runs:1", "s3bucket/runs", "s3://bucket", "s3://b.c-d/x/"])
+def test_paths_and_good_urls_pass_the_shape_check(path):
+    assert storage.url_problem(path) is None
+
+
+def test_the_config_refuses_a_bad_url_at_load_with_the_field():
+    from raytrain.config import load_config
+    from raytrain.errors import ConfigError
+    from raytrain.run_options import config_overrides
+
+    with pytest.raises(ConfigError, match=r"run.storage_path.*not how a URL begins.*s3://BUCKET/PREFIX"):
+        load_config("linear", config_overrides(None, None, "s3:/bucket/runs"))
+
+
+def test_a_missing_bucket_and_an_unreachable_endpoint_are_one_paragraph_each(s3_server, monkeypatch):
+    with pytest.raises(StorageError, match=r"its bucket does not exist.*Fix: create the bucket"):
+        storage.check_storage("s3://no-such-bucket-here/runs", "r")
+    # a new filesystem object for a closed port (fsspec caches one per set of arguments)
+    import s3fs
+
+    closed = s3fs.S3FileSystem(endpoint_url="http://127.0.0.1:9", skip_instance_cache=True, retries=1,
+                               config_kwargs={"connect_timeout": 1, "retries": {"max_attempts": 1}})
+    monkeypatch.setattr(storage, "_fs", lambda path: closed)
+    with pytest.raises(StorageError, match=r"cannot be reached.*AWS_ENDPOINT_URL"):
+        storage.check_storage("s3://some-bucket/runs", "r")
+
+
+def test_check_storage_probes_for_real_and_leaves_nothing(s3_server, s3_prefix):
+    storage.check_storage(s3_prefix, "run")
+    bucket = s3_prefix.split("/")[2]
+    assert s3_server.keys(bucket) == []
+
+
+def test_claims_are_exclusive_under_racing_starts(s3_prefix):
+    """Eight threads create the same claim at once: S3's If-None-Match lets exactly one win."""
+    path = run_dir(s3_prefix) / leases.CLAIMS_DIR / "1.json"
+    barrier, wins = threading.Barrier(8), []
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        if leases._create_exclusive(path, {"token": 1, "who": i}):
+            wins.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert json.loads(path.read_text())["who"] == wins[0]
+
+
+def test_two_concurrent_starts_one_refused_then_a_dead_holder_taken_over(s3_prefix):
+    where = run_dir(s3_prefix)
+    first = Lease(where, ttl_s=3).acquire()  # renews every 0.6 s
+    try:
+        with pytest.raises(LeaseHeld, match="attempt 1 on host .* so it is running"):
+            Lease(where, ttl_s=3).acquire(poll_s=0.1)
+    finally:
+        first._stop.set()  # dies without releasing
+    told: list[str] = []
+    taker = Lease(where, ttl_s=3).acquire(poll_s=0.1, notify=told.append)
+    assert taker.token == 2 and "if not, it has died" in told[0]
+    with pytest.raises(LeaseLost):
+        first.check()
+    taker.release()
+    assert Lease(where, ttl_s=3).acquire().token == 3  # released: taken at once
+
+
+def test_a_stale_holder_is_fenced_out_of_every_commit(s3_prefix):
+    """A paused attempt whose lease was taken over writes nothing: metrics, results, config, checkpoints."""
+    where = run_dir(s3_prefix)
+    stale = RunControl.acquire(where, ttl_s=2)
+    stale.lease._stop.set()  # paused: no renewals
+    newer = RunControl.acquire(where, ttl_s=2, wait=True)
+    before = sorted(p.name for p in where.iterdir())
+    records = runs.Records(where, WorkerControl(where, stale.token))
+    for commit in (lambda: records.append_metrics({"epoch": 1}), lambda: records.write_result({"status": "x"}),
+                   lambda: records.write_config("x: 1\n"),
+                   lambda: FileCheckpointer(where, WorkerControl(where, stale.token)).save(
+                       Position(1), lambda: {"epoch": 1, "step": 0}, writer=True)):
+        with pytest.raises(AttemptEnded) as ended:
+            commit()
+        assert ended.value.ending is Ending.LEASE_LOST
+    assert sorted(p.name for p in where.iterdir()) == before
+    newer.release()
+
+
+def test_appends_from_two_writers_lose_nothing(s3_prefix):
+    """The driver and rank 0 both append to events.jsonl: a conditional rewrite (If-Match) per append."""
+    where = run_dir(s3_prefix)
+    records = runs.Records(where)
+
+    def write(who: str) -> None:
+        for i in range(15):
+            records.append_event("e", who=who, i=i)
+
+    threads = [threading.Thread(target=write, args=(who,)) for who in ("driver", "rank0")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = runs.read_events(where)
+    assert sorted((r["who"], r["i"]) for r in rows) == sorted((w, i) for w in ("driver", "rank0") for i in range(15))
+
+
+def test_records_and_truncation_on_resume(s3_prefix):
+    where = run_dir(s3_prefix)
+    records = runs.Records(where)
+    for epoch in (1, 2, 3):
+        records.append_metrics({"epoch": epoch, "loss": 1.0 / epoch})
+    records.truncate_metrics(2)
+    assert [r["epoch"] for r in runs.read_metrics(where)] == [1, 2]
+    records.write_result({"status": "succeeded"})
+    assert runs.read_result(where)["status"] == "succeeded"
+
+
+def test_a_checkpoint_commits_by_its_manifest_loads_and_prunes(s3_server, s3_prefix):
+    where = run_dir(s3_prefix)
+    saver = FileCheckpointer(where, keep=2)
+    for epoch in (1, 2, 3):
+        saver.save(Position(epoch), lambda e=epoch: {"epoch": e, "step": 0, "w": list(range(e))}, writer=True)
+    names = [p.name for p in checkpoints.committed(where)]
+    assert len(names) == 2 and names[0].startswith("checkpoint_epoch000003")
+    loaded = saver.load_newest(pytest.fail)
+    assert loaded is not None and loaded.state["w"] == [0, 1, 2]
+    bucket = s3_prefix.split("/")[2]
+    assert not any(".staging" in key for key in s3_server.keys(bucket))  # staged locally, never uploaded as such
+    checkpoints.verify_hash(checkpoints.newest_complete(where))
+
+
+UPLOAD_AND_DIE = """
+import sys
+from raytrain import storage
+from raytrain.checkpoints import FileCheckpointer, Position
+saver = FileCheckpointer(storage.as_path(sys.argv[1]), keep=5)
+blob = bytes(64 << 20)  # a state big enough that its upload takes a while
+saver.save(Position(int(sys.argv[2])), lambda: {"epoch": int(sys.argv[2]), "step": 0, "blob": blob}, writer=True)
+"""
+
+
+def test_a_writer_killed_mid_upload_leaves_a_torn_checkpoint_that_is_ignored_then_removed(s3_server, s3_prefix):
+    where = run_dir(s3_prefix)
+    FileCheckpointer(where).save(Position(1), lambda: {"epoch": 1, "step": 0}, writer=True)
+    bucket, key = s3_prefix.split("/")[2], f"{s3_prefix.split('/', 3)[3]}/run/"
+    writer = subprocess.Popen([sys.executable, "-c", UPLOAD_AND_DIE, str(where), "2"])
+    deadline = time.monotonic() + 120
+    try:
+        # SIGKILL once the epoch-2 checkpoint's upload has begun (its multipart upload, or its first object)
+        while not (s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads")
+                   or any("epoch000002" in k for k in s3_server.keys(bucket, key))):
+            assert writer.poll() is None, "the writer ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        writer.kill()
+    finally:
+        writer.kill()
+        writer.wait()
+    # the torn upload is not a checkpoint: resume takes epoch 1
+    assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(where)] == [1]
+    assert checkpoints.newest_complete(where).name.startswith("checkpoint_epoch000001")
+    # a torn prefix (an object written without its manifest) is what the next holder removes
+    torn = where / "checkpoint_epoch000002_deadbeef"
+    storage.put_bytes(torn / "state.pt", b"partial")
+    assert torn.name in [p.name for p in checkpoints.staging_dirs(where)]
+    control = RunControl.acquire(where, ttl_s=5)
+    try:
+        removed = FileCheckpointer(where, control).remove_staging(lambda message: None)
+    finally:
+        control.release()
+    assert torn.name in removed
+    assert checkpoints.staging_dirs(where) == []
+    assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(where)] == [1]
