@@ -725,3 +725,190 @@ def test_a_batch_scheduler_gangs_every_group_at_replicas_unless_autoscaling():
         assert bounds(**{"batchScheduler.name": name}) == {"worker": (1, 1), "gpu": (2, 2)}
     assert bounds(**{"batchScheduler.name": "volcano", "autoscaling.enabled": True}) == {"worker": (None, 0),
                                                                                         "gpu": (None, 0)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Object storage (issue 26): runs in an S3 or GCS bucket; every Ray container gets the bucket's settings as the SDKs'
+# standard environment (credentials only by reference to a Secret, or the pods' identity) and an emptyDir at /tmp.
+
+S3_VALUES = {"image": {"repository": PUSHED}, "sharedStorage": {"enabled": False},
+             "objectStorage": {"url": "s3://team-bucket/runs", "endpoint": "http://minio.minio.svc:9000",
+                               "region": "eu-west-1", "credentialsSecret": "team-s3"}}
+
+
+def env_entries(pod: dict) -> dict:
+    return {e["name"]: e for e in pod["containers"][0].get("env") or []}
+
+
+def test_object_storage_reaches_every_ray_container_with_its_env_and_a_tmp_emptydir():
+    objects = render_chart(CHART, (CHART / "values-gpu.yaml",), S3_VALUES)
+    assert not by_kind(objects, "PersistentVolumeClaim") and not by_kind(objects, "PersistentVolume")
+    pods = pod_specs(objects)
+    assert sorted(pods) == ["gpu", "head", "worker"]
+    for name, pod in pods.items():
+        env = env_entries(pod)
+        assert env["AWS_ENDPOINT_URL"] == {"name": "AWS_ENDPOINT_URL", "value": "http://minio.minio.svc:9000"}, name
+        assert env["AWS_DEFAULT_REGION"]["value"] == "eu-west-1", name
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):  # by reference, never values
+            assert "value" not in env[key] and env[key]["valueFrom"]["secretKeyRef"]["name"] == "team-s3", name
+            assert env[key]["valueFrom"]["secretKeyRef"]["key"] == key
+        assert env["AWS_SESSION_TOKEN"]["valueFrom"]["secretKeyRef"]["optional"] is True  # only STS keys have one
+        assert mounts(pod) == {"/tmp": "tmp"}, name  # and no shared volume
+        assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}], name
+        assert pod["securityContext"]["runAsNonRoot"] is True and "serviceAccountName" not in pod
+    assert env_entries(pods["head"])["RAY_JOB_STOP_WAIT_TIME_S"]["value"] == "30"  # the head's own env stays
+    [cluster] = by_kind(objects, "RayCluster")
+    assert cluster["metadata"]["annotations"] == {"raytrain.io/object-storage": "s3://team-bucket/runs"}
+    assert shared_mounts(cluster["spec"]) == []
+
+
+def test_without_object_storage_nothing_of_it_is_rendered():
+    objects = render()
+    [cluster] = by_kind(objects, "RayCluster")
+    assert "annotations" not in cluster["metadata"] and not by_kind(objects, "ServiceAccount")
+    for name, pod in pod_specs(objects).items():
+        assert "/tmp" not in mounts(pod) and not [k for k in env_entries(pod) if k.startswith(("AWS_", "GOOGLE_"))]
+        assert "serviceAccountName" not in pod, name
+
+
+def test_object_storage_with_the_autoscaler_leaves_its_sidecar_as_kuberay_builds_it():
+    """KubeRay v1.7.0 builds the autoscaler container from autoscalerOptions only (common/pod.go
+    BuildAutoscalerContainer, mergeAutoscalerOverrides): none of the Ray container's env or mounts reach it, and on
+    the head it adds its ray-logs emptyDir at /tmp/ray, an exact mountPath the chart's /tmp does not take
+    (addEmptyDir): the runtime mounts it over /tmp."""
+    [cluster] = by_kind(render_chart(CHART, (), {**S3_VALUES, "autoscaling": {"enabled": True},
+                                                 "serviceAccount": {"create": True}}), "RayCluster")
+    assert set(cluster["spec"]["autoscalerOptions"]) == {"upscalingMode", "idleTimeoutSeconds", "resources",
+                                                         "securityContext"}
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert "/tmp/ray" not in mounts(head) and mounts(head)["/tmp"] == "tmp"
+    assert head["serviceAccountName"] == "raytrain-ray"  # the autoscaler's Role is bound to it (rbac.go)
+
+
+def test_gcs_credentials_are_a_key_file_mounted_read_only_for_the_ray_user():
+    values = {**S3_VALUES, "objectStorage": {"url": "gs://team-bucket/runs", "credentialsSecret": "team-gcs",
+                                             "tmpSizeLimit": "50Gi"}}
+    for name, pod in pod_specs(render_chart(CHART, (), values)).items():
+        env = env_entries(pod)
+        assert env["GOOGLE_APPLICATION_CREDENTIALS"]["value"] == "/var/run/secrets/raytrain/gcs/credentials.json"
+        assert not [k for k in env if k.startswith("AWS_")], name
+        [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "gcs-credentials"]
+        assert mount == {"name": "gcs-credentials", "mountPath": "/var/run/secrets/raytrain/gcs", "readOnly": True}
+        assert {"name": "gcs-credentials", "secret": {"secretName": "team-gcs", "defaultMode": 0o440, "items": [
+            {"key": "credentials.json", "path": "credentials.json"}]}} in pod["volumes"], name
+        assert {"name": "tmp", "emptyDir": {"sizeLimit": "50Gi"}} in pod["volumes"]
+
+
+@pytest.mark.parametrize("service_account,expected_name", [
+    ({"create": True, "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runs"}},
+     "raytrain-ray"),
+    ({"create": True, "name": "trainer", "annotations": {"iam.gke.io/gcp-service-account": "t@p.iam.gserviceaccount.com"}},
+     "trainer"),
+    ({"name": "existing-irsa"}, None),  # the installer's own: every pod runs under it, nothing created
+])
+def test_every_ray_pod_runs_under_the_service_account_a_bucket_trusts(service_account, expected_name):
+    objects = render_chart(CHART, (), {**S3_VALUES, "objectStorage": {"url": "s3://team-bucket/runs"},
+                                       "serviceAccount": service_account})
+    created = by_kind(objects, "ServiceAccount")
+    names = {pod.get("serviceAccountName") for pod in pod_specs(objects).values()}
+    if expected_name is None:
+        assert created == [] and names == {service_account["name"]}
+        return
+    [account] = created
+    assert account["metadata"]["name"] == expected_name and names == {expected_name}
+    assert account["metadata"]["annotations"] == service_account["annotations"]
+
+
+def test_a_long_release_name_gives_a_service_account_name_kuberay_keeps():
+    long_name = "r" * 53
+    objects = render_chart(CHART, (), {**S3_VALUES, "fullnameOverride": long_name, "serviceAccount": {"create": True}})
+    [account] = by_kind(objects, "ServiceAccount")
+    assert len(account["metadata"]["name"]) <= 50 and account["metadata"]["name"].endswith("-ray")
+
+
+# The shape objectStorage.url must have, held to the one storage.url_problem gives `raytrain run --storage`.
+URLS = ["s3://team-bucket/runs", "gs://team-bucket", "s3://team-bucket/runs/", "s3://a.b-c/x/y", "s3:/team-bucket/runs",
+        "S3://team-bucket/runs", "s3:///team-bucket", "s3://Team_Bucket/runs", "s3://ab/runs", "s3://team-bucket//runs",
+        "s3://team-bucket/../runs", "s3://team-bucket/./runs", "https://team-bucket/runs", "az://container/runs",
+        "/mnt/shared/runs", "team-bucket/runs", "gs://-bad-/runs", "s3://team-bucket/a/.."]
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_the_chart_accepts_the_urls_raytrain_run_accepts(url):
+    from raytrain.storage import URL_SCHEMES, url_problem, url_scheme
+
+    accepted_by_run = url_scheme(url) in URL_SCHEMES and url_problem(url) is None
+    try:
+        render_chart(CHART, (), {**S3_VALUES, "objectStorage": {"url": url}})
+        accepted_by_chart = True
+    except ChartError as caught:
+        assert "objectStorage.url" in str(caught) and "--set objectStorage.url=" in str(caught), str(caught)
+        accepted_by_chart = False
+    assert accepted_by_chart == accepted_by_run
+
+
+BAD_OBJECT_STORAGE = [
+    ({"objectStorage": {"url": "s3:/team-bucket/runs"}},
+     "objectStorage.url \"s3:/team-bucket/runs\" is not an s3:// or gs:// URL: --set objectStorage.url=s3://BUCKET/PREFIX"),
+    ({"objectStorage": {"url": "s3://Team_Bucket"}}, "the bucket name must be 3-63 characters"),
+    ({"objectStorage": {"url": "az://container/runs"}}, "Azure Blob Storage has no S3 API"),
+    ({"objectStorage": {"url": "s3://team-bucket/a//b"}}, "its prefix has an empty, '.', '..'"),
+    ({"objectStorage": {"url": "gs://team-bucket", "endpoint": "http://x:9000"}},
+     "objectStorage.endpoint is read only for s3:// (as AWS_ENDPOINT_URL)"),
+    ({"objectStorage": {"url": "gs://team-bucket", "region": "eu-west-1"}}, "objectStorage.region is read only for s3://"),
+    ({"objectStorage": {"url": "s3://team-bucket", "endpoint": "minio:9000"}},
+     "objectStorage.endpoint \"minio:9000\" is not an http:// or https:// URL"),
+    ({"objectStorage": {"url": "", "credentialsSecret": "team-s3"}},
+     "objectStorage.credentialsSecret is set but objectStorage.url is empty"),
+    ({"objectStorage": {"url": "s3://team-bucket", "credentialsSecret": "team-s3"},
+      "serviceAccount": {"create": True, "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}},
+     "objectStorage.credentialsSecret and serviceAccount.annotations eks.amazonaws.com/role-arn are both set"),
+    ({"serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}},
+     "serviceAccount.annotations are set but serviceAccount.create is false"),
+    ({"serviceAccount": {"name": "s" * 51}}, "has 51 characters: with autoscaling on, KubeRay v1.7.0 cuts"),
+    ({"serviceAccount": {"name": "1st"}}, "is not a ServiceAccount name KubeRay keeps"),
+    ({"objectStorage": {"tmpSizeLimit": "lots"}}, "/objectStorage/tmpSizeLimit"),
+    ({"objectStorage": {"credentialsSecret": "Team_S3"}}, "/objectStorage/credentialsSecret"),
+    ({"objectStorage": {"bucket": "x"}}, "additional properties 'bucket' not allowed"),
+]
+
+
+@pytest.mark.parametrize("values,expected", BAD_OBJECT_STORAGE, ids=[e for _, e in BAD_OBJECT_STORAGE])
+def test_bad_object_storage_values_fail_naming_the_value_and_the_fix(values, expected):
+    base = {**S3_VALUES, "objectStorage": {"url": "s3://team-bucket/runs"}}
+    merged = {**base, **values, "objectStorage": {**base["objectStorage"], **values.get("objectStorage", {})}}
+    with pytest.raises(ChartError) as caught:
+        render_chart(CHART, (), merged)
+    assert expected in str(caught.value)
+
+
+def test_object_storage_with_a_shared_volume_left_on_without_source_says_to_turn_it_off():
+    with pytest.raises(ChartError) as caught:
+        render_chart(CHART, (), {"image": {"repository": PUSHED}, "objectStorage": {"url": "s3://team-bucket/runs"}})
+    assert "objectStorage.url keeps the runs in a bucket, which needs no shared volume: --set sharedStorage.enabled=false" \
+        in str(caught.value)
+    with pytest.raises(ChartError) as caught:  # the defaults name the bucket as one of the ways out
+        render_as_shipped()
+    assert "--set objectStorage.url=s3://BUCKET/PREFIX,sharedStorage.enabled=false" in str(caught.value)
+    # beside a shared volume with a source, a bucket is fine (datasets may stay there)
+    render_chart(CHART, (CHOSEN,), {"objectStorage": {"url": "s3://team-bucket/runs"}})
+
+
+def test_notes_give_the_storage_url_and_where_the_credentials_come_from():
+    base = {"sharedStorage.enabled": False, "objectStorage.url": "s3://team-bucket/runs"}
+    secret = notes(**base, **{"objectStorage.credentialsSecret": "team-s3"})
+    assert "--storage s3://team-bucket/runs --address auto" in secret and "sharedStorage is disabled" not in secret
+    assert "create secret generic team-s3 --from-literal=AWS_ACCESS_KEY_ID=" in secret
+    irsa = notes(**base, **{"serviceAccount.create": True,
+                            "serviceAccount.annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}})
+    assert "trust policy must allow system:serviceaccount:default:raytrain-ray" in irsa
+    gke = notes(**{**base, "objectStorage.url": "gs://team-bucket/runs"}, **{"serviceAccount.create": True})
+    assert "PROJECT.svc.id.goog[default/raytrain-ray]" in gke
+    assert "falls back to the node's identity" in notes(**base)
+    assert "objectStorage.url empty: a RayJob must pass --storage" in notes(**{"sharedStorage.enabled": False})
+
+
+def test_strict_lint_is_clean_with_object_storage(tmp_path):
+    values = tmp_path / "s3.yaml"
+    values.write_text(yaml.safe_dump({**S3_VALUES, "serviceAccount": {"create": True}, "autoscaling": {"enabled": True}}))
+    assert lint_chart(CHART, [values], strict=True) == []

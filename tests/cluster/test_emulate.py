@@ -14,9 +14,10 @@ from tests.support.cli import exit_status
 
 from raytrain.cluster import localcluster
 from raytrain.cluster.emulate import (
-    SUSPEND_FILE, JobInput, RayJobError, RayJobStatus, load_rayjob, local_runtime_env,
-    materialise_configmaps, new_job_id, set_suspend, suspend_refusal, write_status, write_suspend,
+    SUSPEND_FILE, JobInput, RayJobError, RayJobStatus, container_env, load_rayjob, local_runtime_env,
+    materialise_configmaps, new_job_id, resolve_env, set_suspend, suspend_refusal, write_status, write_suspend,
 )
+from raytrain.cluster.localcluster import cluster_shape
 from raytrain.processes import process_start
 
 REPO = Path(__file__).resolve().parents[2]
@@ -235,3 +236,82 @@ def test_which_rayjobs_kuberay_suspends(manifest, refused):
 def test_suspend_refusals_follow_kuberays_validation(spec, owns, refused):
     reason = suspend_refusal(spec, owns)
     assert refused in reason and (reason == "") == (refused == "")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A Ray container's environment as kubelet builds it (kubelet_pods.go makeEnvironmentVariables): envFrom sources in
+# order, then env; a later name wins. Secrets and ConfigMaps come from the RayJob's file.
+
+SOURCES = [
+    {"kind": "Secret", "metadata": {"name": "s3"}, "stringData": {"AWS_ACCESS_KEY_ID": "id", "bad-name": "x"},
+     "data": {"AWS_SECRET_ACCESS_KEY": "c2VjcmV0", "AWS_ACCESS_KEY_ID": "b2xk"}},  # base64 of "secret", "old"
+    {"kind": "ConfigMap", "metadata": {"name": "endpoint"}, "data": {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000"}},
+]
+
+
+def env_job(tmp_path, sources=SOURCES) -> JobInput:
+    configmaps = {d["metadata"]["name"]: d for d in sources if d["kind"] == "ConfigMap"}
+    return JobInput(tmp_path / "job.yaml", {"metadata": {"name": "demo"}, "spec": {}}, configmaps,
+                    [d for d in sources if d["kind"] != "ConfigMap"])
+
+
+@pytest.mark.parametrize("container, expected", [
+    ({"envFrom": [{"secretRef": {"name": "s3"}}]},  # stringData over data, as the API server merges them
+     {"AWS_SECRET_ACCESS_KEY": "secret", "AWS_ACCESS_KEY_ID": "id"}),
+    ({"envFrom": [{"secretRef": {"name": "s3"}, "prefix": "X_"}, {"configMapRef": {"name": "endpoint"}}]},
+     {"X_AWS_SECRET_ACCESS_KEY": "secret", "X_AWS_ACCESS_KEY_ID": "id", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000"}),
+    ({"envFrom": [{"secretRef": {"name": "s3"}}], "env": [{"name": "AWS_ACCESS_KEY_ID", "value": "literal"}]},
+     {"AWS_SECRET_ACCESS_KEY": "secret", "AWS_ACCESS_KEY_ID": "literal"}),  # env over envFrom
+    ({"env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "AWS_SECRET_ACCESS_KEY"}}},
+              {"name": "E", "valueFrom": {"configMapKeyRef": {"name": "endpoint", "key": "AWS_ENDPOINT_URL"}}},
+              {"name": "T", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "AWS_SESSION_TOKEN", "optional": True}}},
+              {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
+     {"K": "secret", "E": "http://127.0.0.1:9000"}),  # no pod fields here: fieldRef is left out
+    ({"envFrom": [{"secretRef": {"name": "absent", "optional": True}}],
+      "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}}}]}, {}),
+])
+def test_a_containers_env_is_what_kubelet_gives_it(tmp_path, container, expected):
+    env = container_env(env_job(tmp_path), container, "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0]")
+    assert {e["name"]: e["value"] for e in env} == expected
+
+
+@pytest.mark.parametrize("container, message", [
+    ({"envFrom": [{"secretRef": {"name": "absent"}}]},
+     "containers[0].envFrom[0].secretRef takes the environment from Secret 'absent', which the file does not hold: "
+     "kubelet would keep the pod in CreateContainerConfigError. Fix: add the Secret to the same file"),
+    ({"env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]},
+     "containers[0].env[0].valueFrom.configMapKeyRef takes the environment from ConfigMap 'absent'"),
+    ({"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "AWS_SESSION_TOKEN"}}}]},
+     "Secret 's3' has no key 'AWS_SESSION_TOKEN' (it has: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, bad-name)"),
+])
+def test_a_missing_env_source_is_named_with_the_fix(tmp_path, container, message):
+    with pytest.raises(RayJobError) as caught:
+        container_env(env_job(tmp_path), container, "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0]")
+    assert message in str(caught.value) and "RayJob/demo" in str(caught.value)
+
+
+def test_a_secret_that_is_not_base64_is_named(tmp_path):
+    bad = [{"kind": "Secret", "metadata": {"name": "s3"}, "data": {"AWS_ACCESS_KEY_ID": "not base64!"}}]
+    with pytest.raises(RayJobError, match=r"Secret/s3: data.AWS_ACCESS_KEY_ID is not base64 .* Fix: encode it"):
+        container_env(env_job(tmp_path, bad), {"envFrom": [{"secretRef": {"name": "s3"}}]}, "x")
+
+
+def test_the_s3_rayjob_gives_every_node_the_secrets_environment(tmp_path):
+    """manifests/rayjob-s3.yaml with its Secret in the file: the head and every worker node start with the keys."""
+    secret = ("---\napiVersion: v1\nkind: Secret\nmetadata: {name: raytrain-s3}\n"
+              "stringData: {AWS_ACCESS_KEY_ID: id, AWS_SECRET_ACCESS_KEY: key, AWS_ENDPOINT_URL: 'http://127.0.0.1:9'}\n")
+    path = tmp_path / "rayjob-s3.yaml"
+    path.write_text((REPO / "manifests" / "rayjob-s3.yaml").read_text() + secret)
+    job = load_rayjob(path)
+    spec = resolve_env(job, job.spec["rayClusterSpec"], "spec.rayClusterSpec")
+    shape = cluster_shape(spec, max_worker_nodes=3, memory_budget=2**40)
+    assert len(shape.nodes) == 4
+    for node in shape.nodes:
+        assert {k: node.env.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL")} == \
+            {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+        assert node.env["RAY_JOB_STOP_WAIT_TIME_S" if node.head else "AWS_ACCESS_KEY_ID"]  # literal env kept too
+    path.write_text((REPO / "manifests" / "rayjob-s3.yaml").read_text())
+    job = load_rayjob(path)
+    with pytest.raises(RayJobError, match=r"headGroupSpec.template.spec.containers\[0\].envFrom\[0\].secretRef .* "
+                                          r"Secret 'raytrain-s3', which the file does not hold"):
+        resolve_env(job, job.spec["rayClusterSpec"], "spec.rayClusterSpec")

@@ -358,3 +358,71 @@ def test_a_stopped_rayjob_checkpoints_ends_stopped_and_releases_its_lease(tmp_pa
     assert "did not stop within" not in output and "Traceback" not in output, output[-4000:]
     print(f"stopped RayJob: {result['epochs_completed']} epoch(s), emulate exit {code}, {seconds:.0f}s")
     assert_torn_down(run_id)
+
+
+# --------------------------------------------------------------------------------------------------- object storage
+
+@pytest.fixture
+def s3_endpoint():
+    """A real S3-compatible server on this machine (moto's, as MinIO would be on a cluster), at its own port."""
+    from raytrain.cluster.raynode import free_port
+
+    port = free_port("127.0.0.1")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                import urllib.request
+
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"moto.server did not start on port {port}")
+                time.sleep(0.3)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monkeypatch, s3_endpoint):
+    """manifests/rayjob-s3.yaml as shipped (its epochs shortened), with the Secret it names in the same file: the keys
+    and AWS_ENDPOINT_URL of an S3-compatible server, as for MinIO. Every node gets the Secret as kubelet's envFrom
+    would give it (nothing from this process: its AWS_* are cleared), and the run's records and checkpoints land in
+    the bucket, none on the shared storage. Loopback addresses: the nodes reach the server on this host's
+    127.0.0.1, as pods would reach a Service."""
+    import boto3
+
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    keys = {"AWS_ACCESS_KEY_ID": "raytrain-test", "AWS_SECRET_ACCESS_KEY": "raytrain-test-secret",
+            "AWS_DEFAULT_REGION": "us-east-1"}
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint, aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+                      aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"], region_name=keys["AWS_DEFAULT_REGION"])
+    s3.create_bucket(Bucket="raytrain-runs")  # the manifest's --storage s3://raytrain-runs/runs
+    epochs = 2 * INTERVAL
+    job = variant(REPO / "manifests" / "rayjob-s3.yaml", tmp_path / "rayjob.yaml", job={"train": {"epochs": epochs}})
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "raytrain-s3"},
+              "stringData": {**keys, "AWS_ENDPOINT_URL": s3_endpoint}}
+    job.write_text(job.read_text() + "---\n" + yaml.safe_dump(secret))
+    shared = tmp_path / "shared"
+    with open(tmp_path / "out.txt", "w+") as out:
+        code = emulate(job, None, False, CRDS, out=out, shared_dir=shared, isolation="loopback")
+        out.seek(0)
+        output = out.read()
+    assert code == 0, output[-4000:]
+    checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
+    assert len(checks.train_worker_nodes(output)) >= 2, output[-4000:]
+    prefix = "runs/linear-s3/"
+    listed = s3.list_objects_v2(Bucket="raytrain-runs", Prefix=prefix).get("Contents", [])
+    local = tmp_path / "run"
+    for obj in listed:
+        target = local / obj["Key"][len(prefix):]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file("raytrain-runs", obj["Key"], str(target))
+    checks.assert_run_completed(local, epochs)
+    assert not [p for p in shared.rglob("*") if p.is_file()], "the run wrote to the shared storage"

@@ -30,14 +30,15 @@ TO_CHOOSE_NOTE = "renders once the installer has chosen"
 
 def test_what_ships_validates(crd_dir):
     """No error; notes for what only the installer can choose: the chart's defaults and GPU overlay leave the image
-    and the storage open, and both RayJobs name the local build's image until kustomize renames it."""
+    and the storage open, and the RayJobs name the local build's image until kustomize renames it."""
     problems = validate_paths([CHART, MANIFESTS], crd_dir, values=CHOSEN)
     assert errors(problems) == []
     assert sorted(p.file.rsplit("(values: ", 1)[-1] for p in notes_about(problems, TO_CHOOSE_NOTE)) == \
         ["values-gpu.yaml)", "values.yaml)"]
     assert sorted(p.obj for p in notes_about(problems, LOCAL_IMAGE_NOTE)) == ["RayJob/raytrain-linear",
+                                                                             "RayJob/raytrain-linear-s3",
                                                                              "RayJob/raytrain-linear-standalone"]
-    assert len(problems) == 4
+    assert len(problems) == 5
 
 
 @pytest.mark.parametrize("values_name", ["values.yaml", "values-gpu.yaml", "values-kind.yaml"])
@@ -50,7 +51,7 @@ def test_each_values_file_and_its_rendered_yaml_validate(crd_dir, tmp_path, valu
     assert validate_paths([rendered], crd_dir) == []
 
 
-@pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml"])
+@pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml", "rayjob-s3.yaml"])
 def test_the_rayjobs_fit_the_kind_cluster(crd_dir, manifest):
     problems = validate_paths([MANIFESTS / manifest], crd_dir, values=CHART / "values-kind.yaml")
     assert errors(problems) == [] and problems == notes_about(problems, LOCAL_IMAGE_NOTE)
@@ -98,7 +99,7 @@ def test_a_values_file_outside_the_chart(crd_dir, tmp_path):
     assert str(mine) in problem.file and "minReplicas <= replicas <= maxReplicas" in problem.message
 
 
-@pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml"])
+@pytest.mark.parametrize("manifest", ["rayjob.yaml", "rayjob-standalone.yaml", "rayjob-s3.yaml"])
 def test_the_job_configmap_is_the_linear_preset(tmp_path, manifest):
     docs = list(yaml.safe_load_all((MANIFESTS / manifest).read_text()))
     [cm] = [d for d in docs if d["kind"] == "ConfigMap"]
@@ -326,7 +327,7 @@ def test_a_submitter_the_network_policy_does_not_admit(crd_dir, tmp_path):
     assert errors(validate_paths([path], crd_dir, values=values)) == []
 
 
-@pytest.mark.parametrize("manifest,containers", [(RJ, 1), (SA, 3)])
+@pytest.mark.parametrize("manifest,containers", [(RJ, 1), (SA, 3), ("rayjob-s3.yaml", 3)])
 def test_a_rayjob_naming_the_local_build_gets_a_note_and_one_renamed_by_kustomize_none(crd_dir, tmp_path, manifest,
                                                                                        containers):
     [note] = notes_about(validate_paths([MANIFESTS / manifest], crd_dir, values=CHOSEN), LOCAL_IMAGE_NOTE)
@@ -334,3 +335,81 @@ def test_a_rayjob_naming_the_local_build_gets_a_note_and_one_renamed_by_kustomiz
     renamed = _write_broken(tmp_path, manifest, [])
     renamed.write_text(renamed.read_text().replace("ghcr.io/raytrain/raytrain:", "registry.example.com/team/raytrain:"))
     assert notes_about(validate_paths([renamed], crd_dir, values=CHOSEN), LOCAL_IMAGE_NOTE) == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Object storage (issue 26): a RayJob's --storage is a bucket URL in the shape `raytrain run` accepts, or a path on a
+# volume every pod mounts; a run in a bucket needs each pod's TMPDIR writable; on the chart's cluster, the bucket of
+# objectStorage.url.
+
+S3 = "rayjob-s3.yaml"
+S3_ENTRY = "raytrain run job.yaml --name linear-s3 --storage s3://raytrain-runs/runs --address auto --wait-for-lease"
+S3_HEAD_CONTAINER = HEAD + ["template", "spec", "containers", 0]
+
+STORAGE_OF_THE_S3_JOB = [
+    # (case, --storage or None to keep it, other edits, expected field, words; None: no error)
+    ("s3 bucket", "s3://raytrain-runs/runs", [], None, None),
+    ("gs bucket", "gs://raytrain-runs/runs", [], None, None),
+    ("bucket alone, trailing slash", "s3://raytrain-runs/", [], None, None),
+    ("one slash", "s3:/raytrain-runs/runs", [], "spec.entrypoint", "'s3:/' is not how a URL begins"),
+    ("upper-case scheme", "S3://raytrain-runs/runs", [], "spec.entrypoint", "write s3://BUCKET/PREFIX (lower case"),
+    ("bucket name", "s3://Raytrain_Runs/runs", [], "spec.entrypoint", "'Raytrain_Runs' is not a bucket name"),
+    ("dot-dot prefix", "s3://raytrain-runs/../runs", [], "spec.entrypoint", "its prefix has an empty, '.', '..'"),
+    ("https URL", "https://raytrain-runs/runs", [], "spec.entrypoint", "https:// is not a storage raytrain can use"),
+    ("azure URL", "az://runs/linear", [], "spec.entrypoint", "az:// is not a storage raytrain can use"),
+    ("path without a mount", "/mnt/x", [], "spec.entrypoint",
+     "mounts no persistent volume on every group, so checkpoints cannot be shared"),
+    ("read-only root without /tmp", None,
+     [("RayJob", S3_HEAD_CONTAINER + ["securityContext", "readOnlyRootFilesystem"], True),
+      ("RayJob", S3_HEAD_CONTAINER + ["volumeMounts"], DELETE)],
+     "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].securityContext.readOnlyRootFilesystem",
+     "group Head has a read-only root filesystem and no writable volume at /tmp"),
+    ("read-only root with the /tmp emptyDir", None,
+     [("RayJob", S3_HEAD_CONTAINER + ["securityContext", "readOnlyRootFilesystem"], True)], None, None),
+]
+
+
+@pytest.mark.parametrize("case,storage,edits,field,words", STORAGE_OF_THE_S3_JOB, ids=[c[0] for c in STORAGE_OF_THE_S3_JOB])
+def test_the_storage_of_an_s3_rayjob(crd_dir, tmp_path, case, storage, edits, field, words):
+    entry = S3_ENTRY if storage is None else S3_ENTRY.replace("s3://raytrain-runs/runs", storage)
+    path = _write_broken(tmp_path, S3, [("RayJob", ["spec", "entrypoint"], entry), *edits])
+    found = errors(validate_paths([path], crd_dir))
+    if field is None:
+        assert found == [], "\n".join(map(str, found))
+        return
+    assert [(p.field, words in str(p)) for p in found] == [(field, True)], "\n".join(map(str, found))
+    assert found[0].fix and str(path) in found[0].file
+
+
+def test_the_s3_rayjob_mounts_no_shared_volume_and_takes_its_credentials_from_a_secret():
+    docs = [d for d in yaml.safe_load_all((MANIFESTS / S3).read_text()) if d]
+    [job] = [d for d in docs if d["kind"] == "RayJob"]
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        [container] = pod["containers"]
+        assert container["envFrom"] == [{"secretRef": {"name": "raytrain-s3"}}]
+        assert not [e for e in container.get("env") or [] if e["name"].startswith("AWS_")]  # nothing inline
+        assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+        assert pod["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "20Gi"}}]
+    assert not [d for d in docs if d["kind"] == "Secret"]  # the Secret is created apart, never shipped
+
+
+OBJECT_STORAGE_VALUES = ("image: {repository: registry.example.com/team/raytrain}\nsharedStorage: {enabled: false}\n"
+                         "objectStorage: {url: 's3://team-bucket/runs', credentialsSecret: team-s3}\n")
+
+
+@pytest.mark.parametrize("storage,severity,words", [
+    ("s3://team-bucket/runs", None, None),
+    ("s3://team-bucket/other/prefix", None, None),
+    ("/mnt/shared/runs", "error", "Fix: pass --storage s3://team-bucket/runs (the bucket of the chart's objectStorage.url)"),
+    ("s3://other-bucket/runs", "warning", "is in bucket s3://other-bucket, but the pods of RayCluster raytrain were set "
+                                          "up for s3://team-bucket/runs"),
+])
+def test_a_rayjob_on_the_chart_s_bucket_cluster(crd_dir, tmp_path, storage, severity, words):
+    values = tmp_path / "my-values.yaml"
+    values.write_text(OBJECT_STORAGE_VALUES)
+    path = _write_broken(tmp_path, RJ, [("RayJob", ["spec", "entrypoint"], ENTRY.replace("/mnt/shared/runs", storage))])
+    found = [p for p in validate_paths([path], crd_dir, values=values) if p.severity != "note"]
+    assert [(p.severity, words in str(p)) for p in found] == ([] if severity is None else [(severity, True)]), \
+        "\n".join(map(str, found))

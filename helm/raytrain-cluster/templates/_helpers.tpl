@@ -81,6 +81,56 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+ServiceAccount of every Ray pod: serviceAccount.name, or with serviceAccount.create "<fullname>-ray"; "" leaves it to
+KubeRay. At most 50 characters: with autoscaling on, KubeRay v1.7.0 sets the head pod's serviceAccountName to
+utils.CheckName(name), which cuts longer names from the front (common/pod.go DefaultHeadPodTemplate).
+*/}}
+{{- define "raytrain.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (printf "%s-ray" (include "raytrain.fullname" . | trunc 46 | trimSuffix "-")) .Values.serviceAccount.name }}
+{{- else }}
+{{- .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* "s3" or "gs" for objectStorage.url (validateValues refuses any other), "" when it is off. */}}
+{{- define "raytrain.objectStorageScheme" -}}
+{{- with .Values.objectStorage.url }}{{ regexFind "^[a-z0-9]+" . }}{{ end }}
+{{- end }}
+
+{{- define "raytrain.gcsCredentialsDir" -}}
+/var/run/secrets/raytrain/gcs
+{{- end }}
+
+{{/*
+Environment of every Ray container for objectStorage.url: only the cloud SDKs' standard variables (botocore for s3fs,
+google-auth for gcsfs; training/raytrain/storage.py has no setting of its own). Credentials come from the Secret by
+reference, never as values; with no Secret the SDK falls back to the pod's identity (IRSA, Workload Identity).
+*/}}
+{{- define "raytrain.objectStorageEnv" -}}
+{{- $os := .Values.objectStorage }}
+{{- $scheme := include "raytrain.objectStorageScheme" . }}
+{{- if eq $scheme "s3" }}
+{{- with $os.endpoint }}
+- {name: AWS_ENDPOINT_URL, value: {{ . | quote }}}
+{{- end }}
+{{- with $os.region }}
+- {name: AWS_DEFAULT_REGION, value: {{ . | quote }}}
+{{- end }}
+{{- with $os.credentialsSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ . }}, key: AWS_ACCESS_KEY_ID}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ . }}, key: AWS_SECRET_ACCESS_KEY}}
+- name: AWS_SESSION_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ . }}, key: AWS_SESSION_TOKEN, optional: true}}
+{{- end }}
+{{- else if and (eq $scheme "gs") $os.credentialsSecret }}
+- {name: GOOGLE_APPLICATION_CREDENTIALS, value: {{ printf "%s/credentials.json" (include "raytrain.gcsCredentialsDir" .) | quote }}}
+{{- end }}
+{{- end }}
+
+{{/*
 Enabled worker groups as a list of dicts {name, key, values, gpus}; the one place that knows the three kinds of group.
 Every group has the same shape: it is on unless `enabled: false` or `disabled: true`; gpus (default 0) sets its GPUs.
 */}}
@@ -132,6 +182,10 @@ metadata:
   {{- end }}
 spec:
   terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+  {{- with include "raytrain.serviceAccountName" $root }}
+  # Every Ray pod, workers too: they upload checkpoints, and Ray runs any task on any node.
+  serviceAccountName: {{ . }}
+  {{- end }}
   securityContext:
     {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
   {{- with $root.Values.image.pullSecrets }}
@@ -163,7 +217,9 @@ spec:
       securityContext:
         {{- toYaml $root.Values.containerSecurityContext | nindent 8 }}
       {{- $fd := $root.Values.failureDetection }}
-      {{- if or $v.env .head }}
+      {{- $os := $root.Values.objectStorage }}
+      {{- $gcsKey := and (eq (include "raytrain.objectStorageScheme" $root) "gs") $os.credentialsSecret }}
+      {{- if or $v.env .head $os.url }}
       env:
         {{- if .head }}
         # Read by the job supervisor on the head (Ray 2.55 dashboard/modules/job/job_supervisor.py): how long a
@@ -175,6 +231,10 @@ spec:
         # Read by the GCS on the head: how fast a lost node is declared dead (see values: failureDetection).
         - {name: RAY_health_check_period_ms, value: {{ $fd.healthCheckPeriodMs | int | quote }}}
         - {name: RAY_health_check_failure_threshold, value: {{ $fd.healthCheckFailureThreshold | int | quote }}}
+        {{- end }}
+        {{- with include "raytrain.objectStorageEnv" $root }}
+        # objectStorage: the bucket's endpoint, region and credentials, as the cloud SDKs read them.
+        {{- . | nindent 8 }}
         {{- end }}
         {{- with $v.env }}
         {{- toYaml . | nindent 8 }}
@@ -200,7 +260,7 @@ spec:
           exec:
             command: ["raytrain", "drain", "--wait", {{ sub (int $root.Values.terminationGracePeriodSeconds) (int .marginSeconds) | toString | quote }}]
       {{- end }}{{ end }}
-      {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled }}
+      {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled $os.url }}
       volumeMounts:
         {{- if $root.Values.shmSize }}
         - name: dshm
@@ -210,8 +270,19 @@ spec:
         - name: shared
           mountPath: {{ $root.Values.sharedStorage.mountPath }}
         {{- end }}
+        {{- if $os.url }}
+        # The pod's own disk for a run in a bucket (training/raytrain/storage.py local_root: TMPDIR/raytrain-local):
+        # datasets prepared per node, checkpoints staged before their upload, Ray's session files (/tmp/ray).
+        - name: tmp
+          mountPath: /tmp
+        {{- end }}
+        {{- if $gcsKey }}
+        - name: gcs-credentials
+          mountPath: {{ include "raytrain.gcsCredentialsDir" $root }}
+          readOnly: true
+        {{- end }}
       {{- end }}
-  {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled }}
+  {{- if or $root.Values.shmSize $root.Values.sharedStorage.enabled $os.url }}
   volumes:
     {{- if $root.Values.shmSize }}
     # shmSize replaces the /dev/shm KubeRay adds when none is mounted (sized to the container's memory limit).
@@ -230,6 +301,21 @@ spec:
       persistentVolumeClaim:
         claimName: {{ include "raytrain.sharedClaimName" $root }}
       {{- end }}
+    {{- end }}
+    {{- if $os.url }}
+    # An exact mountPath match is all KubeRay v1.7.0 checks before adding its own emptyDirs (pod.go addEmptyDir):
+    # its /dev/shm and, on an autoscaling head, its ray-logs at /tmp/ray (shared with the autoscaler sidecar, which
+    # gets none of the env or mounts above) are still added; the runtime mounts /tmp/ray over this /tmp.
+    - name: tmp
+      emptyDir:
+        sizeLimit: {{ $os.tmpSizeLimit }}
+    {{- end }}
+    {{- if $gcsKey }}
+    - name: gcs-credentials
+      secret:
+        secretName: {{ $os.credentialsSecret }}
+        items: [{key: credentials.json, path: credentials.json}]
+        defaultMode: 288  # 0440: the Ray user reads it through fsGroup, nobody else
     {{- end }}
   {{- end }}
 {{- end }}

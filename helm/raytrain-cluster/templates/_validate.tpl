@@ -6,7 +6,7 @@ where the image was pushed, where the shared volume comes from). `raytrain valid
 the heading "values to choose" when it checks the chart's own values files.
 */}}
 {{- define "raytrain.validateValues" -}}
-{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" }}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" "objectStorageUrl" "objectStorageSettings" "objectStorageIdentity" "serviceAccountName" }}
 {{- $choices := list "imageRepository" "storageSource" }}
 {{- $messages := list }}
 {{- range $check := $checks }}
@@ -47,7 +47,11 @@ pod would stay Pending without a word. An explicit storageClass is the installer
 {{- define "raytrain.validateValues.storageSource" -}}
 {{- $s := .Values.sharedStorage }}
 {{- if and $s.enabled (not $s.existingClaim) (not $s.nfs.server) (not $s.nfs.path) (not $s.hostPath) (not $s.storageClass) }}
-sharedStorage has no source, and the default StorageClass of EKS (gp2/gp3), GKE (standard-rwo) and AKS (managed-csi) cannot be mounted ReadWriteMany: the claim and every Ray pod would stay Pending. Choose one: an NFS export (--set sharedStorage.nfs.server=10.0.0.5,sharedStorage.nfs.path=/exports/raytrain; EFS, Filestore and Azure Files NFS are NFS), a ReadWriteMany PVC of yours (--set sharedStorage.existingClaim=NAME), or a ReadWriteMany-capable StorageClass (--set sharedStorage.storageClass=CLASS: EKS efs-sc with the EFS CSI driver, GKE standard-rwx with Filestore, AKS azurefile-csi)
+{{- if .Values.objectStorage.url }}
+sharedStorage is enabled with no source, and objectStorage.url keeps the runs in a bucket, which needs no shared volume: --set sharedStorage.enabled=false (or give sharedStorage a source to mount beside the bucket: sharedStorage.nfs, existingClaim or a ReadWriteMany storageClass)
+{{- else }}
+sharedStorage has no source, and the default StorageClass of EKS (gp2/gp3), GKE (standard-rwo) and AKS (managed-csi) cannot be mounted ReadWriteMany: the claim and every Ray pod would stay Pending. Choose one: an NFS export (--set sharedStorage.nfs.server=10.0.0.5,sharedStorage.nfs.path=/exports/raytrain; EFS, Filestore and Azure Files NFS are NFS), a ReadWriteMany PVC of yours (--set sharedStorage.existingClaim=NAME), a ReadWriteMany-capable StorageClass (--set sharedStorage.storageClass=CLASS: EKS efs-sc with the EFS CSI driver, GKE standard-rwx with Filestore, AKS azurefile-csi), or runs in an S3 or GCS bucket instead (--set objectStorage.url=s3://BUCKET/PREFIX,sharedStorage.enabled=false; README: Object storage)
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -258,5 +262,74 @@ batchScheduler.queue is set without batchScheduler.name: no scheduler reads it; 
 {{- end }}
 {{- if and $b.priorityClassName (ne $b.name "volcano") }}
 batchScheduler.priorityClassName is read by Volcano only (KubeRay's ray.io/priority-class-name label), not by {{ default "the default scheduler" $b.name }}; remove it, or --set batchScheduler.name=volcano
+{{- end }}
+{{- end }}
+
+{{/*
+objectStorage.url in the shape training/raytrain/storage.py url_problem accepts (tests/chart/test_chart.py holds the two
+to the same table): s3:// or gs://, an S3-style bucket name, a prefix without empty, '.' or '..' parts.
+*/}}
+{{- define "raytrain.validateValues.objectStorageUrl" -}}
+{{- with .Values.objectStorage.url }}
+{{- $scheme := regexFind "^[A-Za-z][A-Za-z0-9+.-]*:" . | trimSuffix ":" | lower }}
+{{- if has $scheme (list "az" "abfs" "abfss" "wasb" "wasbs" "azure") }}
+objectStorage.url {{ . | quote }}: Azure Blob Storage has no S3 API, and raytrain reaches only s3:// and gs:// buckets. On AKS keep the runs on the shared volume (--set objectStorage.url="",sharedStorage.storageClass=<an NFS-protocol Azure Files class>), or put an S3-compatible gateway in front of the storage account and --set objectStorage.url=s3://BUCKET/PREFIX,objectStorage.endpoint=http://GATEWAY:PORT
+{{- else if not (regexMatch "^(s3|gs)://" .) }}
+objectStorage.url {{ . | quote }} is not an s3:// or gs:// URL: --set objectStorage.url=s3://BUCKET/PREFIX (or gs://BUCKET/PREFIX; lower case, two slashes), e.g. s3://my-bucket/runs
+{{- else if not (regexMatch "^(s3|gs)://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)" .) }}
+objectStorage.url {{ . | quote }}: the bucket name must be 3-63 characters of a-z, 0-9, '.' and '-' that start and end with a letter or digit: --set objectStorage.url=s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs
+{{- else if or (contains "//" (regexReplaceAll "^[a-z0-9]+://" . "")) (regexMatch "/[.]{1,2}(/|$)" .) (regexMatch "[[:cntrl:]]" .) }}
+objectStorage.url {{ . | quote }}: its prefix has an empty, '.', '..' or control-character part, which an object store keeps as a literal key: write every part out, --set objectStorage.url=s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The settings beside objectStorage.url: each has a use only with it, endpoint and region only with s3://. */}}
+{{- define "raytrain.validateValues.objectStorageSettings" -}}
+{{- $os := .Values.objectStorage }}
+{{- $scheme := include "raytrain.objectStorageScheme" . }}
+{{- range $key := list "endpoint" "region" "credentialsSecret" }}
+{{- if and (get $os $key) (not $os.url) }}
+objectStorage.{{ $key }} is set but objectStorage.url is empty, so nothing uses it: --set objectStorage.url=s3://BUCKET/PREFIX (the bucket your RayJobs pass as --storage), or remove objectStorage.{{ $key }}
+{{ end }}
+{{- end }}
+{{- if eq $scheme "gs" }}
+{{- range $key := list "endpoint" "region" }}
+{{- if get $os $key }}
+objectStorage.{{ $key }} is read only for s3:// (as {{ ternary "AWS_ENDPOINT_URL" "AWS_DEFAULT_REGION" (eq $key "endpoint") }}) and objectStorage.url is gs://: remove it (gcsfs finds a GCS bucket itself)
+{{ end }}
+{{- end }}
+{{- end }}
+{{- with $os.endpoint }}
+{{- if not (regexMatch "^https?://[^/[:space:]]+(/[^[:space:]]*)?$" .) }}
+objectStorage.endpoint {{ . | quote }} is not an http:// or https:// URL: write it as AWS_ENDPOINT_URL is read, scheme and host[:port], e.g. --set objectStorage.endpoint=http://minio.minio.svc:9000
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A key in a Secret and a pod identity for the same bucket: the SDK takes the Secret's and the identity is never
+used (botocore's credential chain reads AWS_ACCESS_KEY_ID before the IRSA web identity token; google-auth reads
+GOOGLE_APPLICATION_CREDENTIALS before the metadata server); annotations only a created ServiceAccount carries. */}}
+{{- define "raytrain.validateValues.objectStorageIdentity" -}}
+{{- $os := .Values.objectStorage }}
+{{- $sa := .Values.serviceAccount }}
+{{- $annotations := default dict $sa.annotations }}
+{{- $scheme := include "raytrain.objectStorageScheme" . }}
+{{- $identity := ternary "eks.amazonaws.com/role-arn" "iam.gke.io/gcp-service-account" (eq $scheme "s3") }}
+{{- if and $os.credentialsSecret $sa.create (hasKey $annotations $identity) }}
+objectStorage.credentialsSecret and serviceAccount.annotations {{ $identity }} are both set: the SDK uses the Secret's key and the pod identity never: keep one, --set objectStorage.credentialsSecret="" (the identity) or remove the annotation (the Secret)
+{{- end }}
+{{- if and $annotations (not $sa.create) }}
+serviceAccount.annotations are set but serviceAccount.create is false, so no ServiceAccount carries them: --set serviceAccount.create=true (the chart creates it), or annotate your own ServiceAccount and --set serviceAccount.name=NAME
+{{- end }}
+{{- end }}
+
+{{- define "raytrain.validateValues.serviceAccountName" -}}
+{{- with include "raytrain.serviceAccountName" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9.]*[a-z0-9])?$" .) }}
+serviceAccount.name {{ . | quote }} is not a ServiceAccount name KubeRay keeps: start with a letter, then only a-z, 0-9, '-' and '.'
+{{- else if gt (len .) 50 }}
+serviceAccount.name {{ . | quote }} has {{ len . }} characters: with autoscaling on, KubeRay v1.7.0 cuts a head ServiceAccount name over 50 from its front (utils.CheckName) and the head would run under another one; pick a name of at most 50
+{{- end }}
 {{- end }}
 {{- end }}

@@ -9,6 +9,10 @@ What KubeRay does, and what stands in for it here:
   the dashboard's /api/gcs_healthz, `ray job status` to skip a duplicate submission, `ray job submit --no-wait
   --runtime-env-json ... --submission-id ID -- ENTRYPOINT`, then `ray job logs --follow`. ConfigMaps that the
   submitter pod template mounts are written to a temp dir, and runtime_env paths under those mounts point there.
+- A Ray container's environment, as kubelet gives it: `envFrom` (secretRef, configMapRef, with prefix) and then `env`
+  (literal values, secretKeyRef, configMapKeyRef), read from the Secrets and ConfigMaps of the RayJob's file; a
+  missing one that is not optional stops the emulation, as kubelet keeps the pod in CreateContainerConfigError.
+  The node's processes (Ray, and through it the job's driver and workers) run with it.
 - Status: jobStatus from Ray; jobDeploymentStatus Complete (SUCCEEDED, STOPPED) or Failed (reason AppFailed for a
   FAILED job, DeadlineExceeded past activeDeadlineSeconds); spec.backoffLimit retries a failed job with a new
   submission ID (a new cluster for an embedded rayClusterSpec, as KubeRay does; the shared storage stays).
@@ -19,8 +23,12 @@ What KubeRay does, and what stands in for it here:
 
 from __future__ import annotations
 
+import base64
+import binascii
+import copy
 import io
 import json
+import re
 import os
 import queue
 import secrets
@@ -131,6 +139,104 @@ def cluster_spec(job: JobInput, values_path: Path | None) -> tuple[dict, str, bo
     raise RayJobError(f"{job.path}: RayJob/{job.name}: spec.clusterSelector selects RayCluster {name!r}, which the "
                       f"chart does not render{f' with {values_path}' if values_path else ''}. Fix: pass the chart "
                       "values the cluster was installed with (--values), or select the release's RayCluster name")
+
+
+# What kubelet takes from an envFrom source: keys that are C identifiers (it skips others with an event; Kubernetes
+# >= 1.30 also allows any printable name, which a shell cannot read: the same keys are kept here as there by the
+# older rule, the one every Ray image's shell handles).
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _source_data(job: JobInput, kind: str, name: str) -> dict[str, str] | None:
+    """The data of the Secret or ConfigMap `name` in the RayJob's file, as strings (a Secret's `data` decoded from
+    base64, its `stringData` over it, as the API server merges them); None when the file has no such object."""
+    if kind == "ConfigMap":
+        doc = job.configmaps.get(name)
+    else:
+        doc = next((d for d in job.others if isinstance(d, dict) and d.get("kind") == kind
+                    and (d.get("metadata") or {}).get("name") == name), None)
+    if doc is None:
+        return None
+    data: dict[str, str] = {}
+    for key, value in (doc.get("data") or {}).items():
+        if kind == "Secret":
+            try:
+                data[str(key)] = base64.b64decode(str(value), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                raise RayJobError(f"{job.path}: Secret/{name}: data.{key} is not base64 of UTF-8 text. Fix: encode it "
+                                  "with base64, or give it as plain text under stringData") from None
+        else:
+            data[str(key)] = str(value)
+    if kind == "Secret":
+        data.update({str(k): str(v) for k, v in (doc.get("stringData") or {}).items()})
+    return data
+
+
+def container_env(job: JobInput, container: dict, where: str) -> list[dict]:
+    """The container's environment as kubelet builds it (kubelet_pods.go makeEnvironmentVariables): every envFrom
+    source in order, then env, a later name replacing an earlier one; as literal {name, value} entries. fieldRef and
+    resourceFieldRef entries are left out (nothing here has a pod's fields)."""
+    def missing(kind: str, name: str, field_name: str) -> RayJobError:
+        return RayJobError(f"{job.path}: RayJob/{job.name}: {field_name} takes the environment from {kind} {name!r}, "
+                           f"which the file does not hold: kubelet would keep the pod in CreateContainerConfigError. "
+                           f"Fix: add the {kind} to the same file (emulate has no API server to read it from), e.g. "
+                           f"`kubectl create {kind.lower()} generic {name} --from-literal=KEY=VALUE --dry-run=client "
+                           "-o yaml`, or mark the reference optional: true")
+
+    out: list[dict] = []
+    for i, source in enumerate(container.get("envFrom") or []):
+        for kind, ref_key in (("Secret", "secretRef"), ("ConfigMap", "configMapRef")):
+            ref = (source or {}).get(ref_key)
+            if not isinstance(ref, dict):
+                continue
+            data = _source_data(job, kind, str(ref.get("name")))
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise missing(kind, str(ref.get("name")), f"{where}.envFrom[{i}].{ref_key}")
+            prefix = str(source.get("prefix") or "")
+            out += [{"name": prefix + key, "value": value} for key, value in data.items()
+                    if _ENV_NAME.match(prefix + key)]
+    for i, entry in enumerate(container.get("env") or []):
+        if not isinstance(entry, dict) or "name" not in entry:
+            continue
+        if "value" in entry or "valueFrom" not in entry:
+            out.append({"name": entry["name"], "value": str(entry.get("value", ""))})
+            continue
+        value_from = entry.get("valueFrom") or {}
+        for kind, ref_key in (("Secret", "secretKeyRef"), ("ConfigMap", "configMapKeyRef")):
+            ref = value_from.get(ref_key)
+            if not isinstance(ref, dict):
+                continue
+            field_name = f"{where}.env[{i}].valueFrom.{ref_key}"
+            data = _source_data(job, kind, str(ref.get("name")))
+            if data is None:
+                if ref.get("optional"):
+                    break
+                raise missing(kind, str(ref.get("name")), field_name)
+            if ref.get("key") not in data:
+                if ref.get("optional"):
+                    break
+                raise RayJobError(f"{job.path}: RayJob/{job.name}: {field_name}: {kind} {ref.get('name')!r} has no "
+                                  f"key {ref.get('key')!r} (it has: {', '.join(sorted(data)) or 'none'}): kubelet "
+                                  f"would keep the pod in CreateContainerConfigError. Fix: add the key, or correct "
+                                  "the reference")
+            out.append({"name": entry["name"], "value": data[ref["key"]]})
+    return out
+
+
+def resolve_env(job: JobInput, spec: dict, where: str) -> dict:
+    """A copy of a RayCluster spec whose Ray containers (the first of each group) carry their environment as literal
+    values (container_env), so that every node starts with what its pod's container would have."""
+    spec = copy.deepcopy(spec)
+    groups = [("headGroupSpec", spec.get("headGroupSpec"))]
+    groups += [(f"workerGroupSpecs[{i}]", g) for i, g in enumerate(spec.get("workerGroupSpecs") or [])]
+    for path, group in groups:
+        containers = ((group or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        if containers and isinstance(containers[0], dict):
+            containers[0]["env"] = container_env(job, containers[0], f"{where}.{path}.template.spec.containers[0]")
+            containers[0].pop("envFrom", None)
+    return spec
 
 
 def submitter_mounts(job: JobInput) -> dict[str, tuple[str, dict]]:
@@ -628,6 +734,7 @@ def emulate(rayjob_path: Path, values_path: Path | None, keep: bool, crd_dir: Pa
         if mode != "K8sJobMode":
             print(f"note: submissionMode {mode}: emulated with the K8sJobMode submitter", file=out)
         spec, cluster_name, owns = cluster_spec(job, Path(values_path) if values_path else None)
+        spec = resolve_env(job, spec, "spec.rayClusterSpec" if owns else f"RayCluster/{cluster_name}: spec")
         emulation = Emulation(job, spec, cluster_name, owns, out, isolation=isolation, shared_dir=shared_dir,
                               keep=keep, max_worker_nodes=max_worker_nodes)
         with _interrupts_as_keyboard_interrupt():

@@ -353,23 +353,75 @@ def _admits(policy: Doc, labels: dict, port: int) -> bool:
     return False
 
 
+# The RayCluster annotation the chart sets to objectStorage.url (helm/raytrain-cluster/templates/raycluster.yaml): the
+# bucket whose endpoint and credentials its pods were given.
+OBJECT_STORAGE_ANNOTATION = "raytrain.io/object-storage"
+
+
 def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> list[Problem]:
     from raytrain.storage import url_problem, url_scheme
 
+    where = f"RayCluster {cluster.name}"
+    bucket_url = str(get(cluster.obj, "metadata", "annotations", OBJECT_STORAGE_ANNOTATION, default="") or "")
     if url_scheme(storage):  # an object store: every pod reaches it with the environment's credentials
         problem = url_problem(storage)
-        return [job.problem("spec.entrypoint", f"--storage {storage}: {problem[0]}.", problem[1])] if problem else []
+        if problem:
+            return [job.problem("spec.entrypoint", f"--storage {storage}: {problem[0]}.", problem[1])]
+        return _check_bucket(job, storage, bucket_url, where) + _check_local_disk(job, cluster, cluster_spec)
     mounts = shared_mounts(cluster_spec)
-    where = f"RayCluster {cluster.name}"
+    bucket_fix = (f"pass --storage {bucket_url.rstrip('/')} (the bucket of the chart's objectStorage.url)" if bucket_url
+                  else "pass --storage s3://BUCKET/PREFIX or gs://BUCKET/PREFIX, a bucket every pod reaches (README: "
+                  "Object storage)")
     if not mounts:
         return [job.problem("spec.entrypoint", f"{where} mounts no persistent volume on every group, so checkpoints "
-                            "cannot be shared and a retried run cannot resume.", "enable the chart's sharedStorage (or "
-                            "mount one ReadWriteMany volume at the same path in the head and every worker group)")]
+                            "cannot be shared and a retried run cannot resume.", f"{bucket_fix}; or enable the chart's "
+                            "sharedStorage (or mount one ReadWriteMany volume at the same path in the head and every "
+                            "worker group)")]
     if not storage.startswith("/") or not any(storage == m or storage.startswith(m.rstrip("/") + "/") for m in mounts):
         return [job.problem("spec.entrypoint", f"the storage path {storage} is not on the shared mount of {where} "
                             f"({', '.join(mounts)}): each pod would keep its own checkpoints and a retry could not "
                             "resume.", f"pass --storage {mounts[0].rstrip('/')}/runs")]
     return []
+
+
+def _bucket(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def _check_bucket(job: Doc, storage: str, bucket_url: str, where: str) -> list[Problem]:
+    """A job writing to another bucket than the one the chart gave the pods (endpoint, credentials) for."""
+    if not bucket_url or _bucket(storage) == _bucket(bucket_url):
+        return []
+    return [job.problem("spec.entrypoint", f"--storage {storage} is in bucket {_bucket(storage)}, but the pods of "
+                        f"{where} were set up for {bucket_url} (the chart's objectStorage.url: its endpoint and "
+                        "credentials), which may not reach this one.", f"pass --storage {bucket_url.rstrip('/')} (or a "
+                        "prefix under it), or install the chart with objectStorage.url in this bucket",
+                        severity="warning")]
+
+
+def _check_local_disk(job: Doc, cluster: Doc, cluster_spec: dict) -> list[Problem]:
+    """A run in a bucket stages checkpoints and prepares datasets under each pod's TMPDIR (storage.local_root): a Ray
+    container with a read-only root filesystem needs a volume there."""
+    embedded = isinstance(get(job.obj, "spec", "rayClusterSpec"), dict)
+    out: list[Problem] = []
+    for path, name, group in groups(cluster_spec, "spec.rayClusterSpec" if embedded else "spec"):
+        container = get(group, "template", "spec", "containers", 0, default={}) or {}
+        if not get(container, "securityContext", "readOnlyRootFilesystem", default=False):
+            continue
+        env = {e.get("name"): e.get("value") for e in container.get("env") or [] if isinstance(e, dict)}
+        tmpdir = str(env.get("TMPDIR") or "/tmp")
+        mounts = [str(m.get("mountPath") or "") for m in container.get("volumeMounts") or [] if isinstance(m, dict)
+                  and not m.get("readOnly")]
+        if any(tmpdir == m or tmpdir.startswith(m.rstrip("/") + "/") for m in mounts):
+            continue
+        doc = job if embedded else cluster
+        out.append(doc.problem(f"{path}.template.spec.containers[0].securityContext.readOnlyRootFilesystem",
+                               f"group {name} has a read-only root filesystem and no writable volume at {tmpdir} "
+                               "(TMPDIR): a run in a bucket stages each checkpoint and prepares datasets there, so "
+                               "its first checkpoint would fail.", "mount an emptyDir at /tmp with room for a "
+                               "checkpoint (manifests/rayjob-s3.yaml; the chart does with objectStorage.url)"))
+    return out
 
 
 def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
