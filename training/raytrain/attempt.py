@@ -162,7 +162,7 @@ class Attempt:
         records = runs.Records(self.run_dir, control)
         previous: dict = {}
         try:
-            log = console.copy_path()
+            log = console.copy_destination()
             self.say(f"attempt {control.token} holds run {self.cfg.run.name} (lease "
                      f"{self.run_dir / leases.LEASE_FILE}" + (f", driver log {log}" if log else "") + ")",
                      attempt=control.token)

@@ -54,6 +54,14 @@ def keep_copy(run_dir: Path) -> Path:
     return path
 
 
+def copy_destination() -> Optional[str]:
+    """Where the driver log ends up, for messages: the file, or the object it is uploaded to when it stops."""
+    if _settings["copy"] is None:
+        return None
+    upload = _settings.get("upload")
+    return f"{upload} (uploaded when the attempt ends)" if upload is not None else _settings["copy"].name
+
+
 def copy_path() -> Optional[Path]:
     """Where keep_copy() is writing now, if anywhere."""
     return Path(_settings["copy"].name) if _settings["copy"] is not None else None
