@@ -5,12 +5,14 @@ In the driver, in this order:
    raytrain.runcontrol: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or
    is awaited with --wait-for-lease);
 2. the resume is checked (staging directories removed, a refused change named: raytrain.resume);
-3. the model builds, config.yaml is written, the data is prepared once (preflight.start_run);
+3. the model builds, config.yaml is written, the data is prepared once (preflight.start_run); with run.tracking,
+   the tracker syncer starts (raytrain.tracking: a thread that sends the final metrics rows; never waited for);
 4. the trainer's body runs in a thread (Ray Train, or the loop in this process), while this thread owns SIGTERM
    and Ctrl-C (Ray's own handlers are only installed from the main thread);
 5. this thread writes the result: the body never does. "succeeded", "failed" (the error in one paragraph),
    "stopped" (a signal: the workers were asked to checkpoint at their next step, and given stop_grace_s), or
-   nothing at all when the lease was lost to a newer attempt, which owns the run's files now.
+   nothing at all when the lease was lost to a newer attempt, which owns the run's files now. Then the syncer's
+   last sync, bounded.
 Then the run control is closed (any late writer of this attempt is refused) and the lease released.
 
 A bug of raytrain's own (an exception that is neither a RaytrainError nor the user's code failing) is not
