@@ -63,6 +63,18 @@ def test_resolved_config_round_trips(tmp_path):
     assert again.to_dict() == cfg.to_dict()
 
 
+def test_tracking_is_off_unless_a_tracker_is_named_and_round_trips(tmp_path):
+    assert load_config(write(tmp_path, GOOD)).run.tracking is None
+    assert load_config(write(tmp_path, GOOD), ["run.tracking.sync_every_s=2"]).run.tracking is None
+    cfg = load_config(write(tmp_path, GOOD), ["run.tracking.mlflow={}", "run.tracking.wandb.project=p"])
+    assert cfg.run.tracking.trackers() == ["mlflow", "wandb"]
+    assert (cfg.run.tracking.mlflow.uri, cfg.run.tracking.mlflow.experiment) == (None, "raytrain")
+    assert (cfg.run.tracking.wandb.mode, cfg.run.tracking.sync_every_s) == ("online", 5.0)
+    stored = yaml.safe_load(yaml.safe_dump(cfg.to_dict()))  # config.yaml, and every checkpoint's config
+    assert stored["run"]["tracking"]["wandb"] == {"project": "p", "entity": None, "mode": "online", "dir": None}
+    assert config_from_dict(stored).to_dict() == cfg.to_dict()
+
+
 def test_the_run_name_defaults_to_the_file_stem(tmp_path):
     assert load_config(write(tmp_path, GOOD, "my-run.yaml")).run.name == "my-run"
 
@@ -119,6 +131,25 @@ BAD = [
     ("model: {name: mlp\n", [], ["not valid YAML"]),
     ("- a\n- b\n", [], ["top level must be a mapping"]),
     ("model: {name: small_cnn, num_classes: 5}\ndata: {name: digits}\n", [], ["model.num_classes", "10 classes"]),
+    # run.tracking: each level checked, a mistake named by its whole key; credentials never in the config
+    (None, ["run.tracking=mlflow"], ["run.tracking: must be a mapping", "e.g. tracking: {mlflow: {uri:"]),
+    (None, ["run.tracking.mlfow.uri=http://m:5000"], ["unknown key 'run.tracking.mlfow'", "did you mean 'mlflow'"]),
+    (None, ["run.tracking.mlflow.experimnet=a"], ["unknown key 'run.tracking.mlflow.experimnet'",
+                                                  "did you mean 'experiment'", "uri, experiment"]),
+    (None, ["run.tracking.mlflow=[1]"], ["run.tracking.mlflow: must be a mapping", "takes every default"]),
+    (None, ["run.tracking.mlflow.experiment=' '"], ["run.tracking.mlflow.experiment: is empty", "give a value"]),
+    (None, ["run.tracking.mlflow.uri=http://me:secret@mlflow:5000"],
+     ["run.tracking.mlflow.uri: holds a password", "MLFLOW_TRACKING_PASSWORD"]),
+    (None, ["run.tracking.mlflow.token=abc"], ["run.tracking.mlflow.token: credentials never go in a run config",
+                                               "set MLFLOW_TRACKING_TOKEN"]),
+    (None, ["run.tracking.wandb.api_key=abc"], ["run.tracking.wandb.api_key", "set WANDB_API_KEY"]),
+    (None, ["run.tracking.wandb.mode=offline"], ["run.tracking.wandb.project is required"]),
+    (None, ["run.tracking.wandb.project=p", "run.tracking.wandb.mode=disabled"],
+     ["run.tracking.wandb.mode", "one of 'online', 'offline'"]),
+    (None, ["run.tracking.mlflow.uri=http://m:5000", "run.tracking.sync_every_s=0"],
+     ["run.tracking.sync_every_s", "greater than 0"]),
+    ("model: {name: mlp}\ndata: {name: linear}\nrun: {tracking: {wandb: {project: p, entity: [a]}}}\n", [],
+     ["run.tracking.wandb.entity", "['a'] is not allowed"]),
 ]
 
 

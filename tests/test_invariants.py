@@ -27,7 +27,9 @@ ENVIRONMENT_USES = {
     ("cluster/localcluster.py", "delete_node"): "a node's preStop hook runs with the host's, minus auth",
     ("cluster/vmnode.py", "start_vm_node"): "`ray start` of a plain machine gets it, minus auth",
     ("launcher.py", "connect_ray"): "PYTHONPATH gains the user's code directory: embedded Ray's workers inherit it",
-    # Ray's own variables, set before Ray reads them (an explicit value of the user's wins).
+    # Ray's and MLflow's own variables, set before they read them (an explicit value of the user's wins).
+    ("tracking.py", "Mlflow._client"): "MLFLOW_HTTP_REQUEST_MAX_RETRIES and _TIMEOUT: one short try per request, "
+                                       "as the syncer retries with its own backoff",
     ("launcher.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (and an elastic run's "
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) for Ray Train's controller",
     ("tune.py", "_sweep"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for the trials' controllers",
@@ -168,10 +170,21 @@ def undeclared(modules: dict[str, str], allowed: set[str]) -> list[str]:
     return missing
 
 
+# Modules whose imports may come from an optional extra (each imported only when the config asks for it).
+EXTRA_MODULES = {"tracking.py": ("mlflow", "wandb")}
+
+
 def test_every_import_of_the_runtime_is_a_declared_dependency():
-    runtime = [p for p in PACKAGE.rglob("*.py") if "validator" not in p.parts and "cluster" not in p.parts]
+    runtime = [p for p in PACKAGE.rglob("*.py") if "validator" not in p.parts and "cluster" not in p.parts
+               and p.relative_to(PACKAGE).as_posix() not in EXTRA_MODULES]
     missing = undeclared(third_party_imports(runtime), declared())
     assert not missing, f"imported but not in pyproject.toml's dependencies: {missing}"
+
+
+@pytest.mark.parametrize("module, extras", EXTRA_MODULES.items())
+def test_a_module_of_an_optional_extra_needs_at_most_that_extra(module, extras):
+    missing = undeclared(third_party_imports([PACKAGE / module]), declared(*extras))
+    assert not missing, f"imported but in neither dependencies nor the {extras} extras: {missing}"
 
 
 def test_the_validator_and_cluster_need_at_most_the_kube_extra():

@@ -75,6 +75,17 @@ def test_dockerfile_pin_equals_pyproject(arg, package):
         f"images/Dockerfile ARG {arg}={dockerfile_args().get(arg)} but pyproject.toml pins {package}=={pinned(package)}"
 
 
+def test_the_image_installs_the_dependencies_and_the_mlflow_extra(tmp_path):
+    """The requirements stage's own command, run on pyproject.toml: every dependency, and the MLflow client (the
+    image's run.tracking; W&B's client is left to images of your own)."""
+    command = re.search(r'python -c "(import tomllib;[^"]+)"', DOCKERFILE.read_text()).group(1)
+    listed = subprocess.run([sys.executable, "-c", command.replace("/tmp/pyproject.toml", str(ROOT / "pyproject.toml"))],
+                            capture_output=True, text=True, check=True).stdout.split()
+    project = pyproject()["project"]
+    assert listed == project["dependencies"] + project["optional-dependencies"]["mlflow"]
+    assert any(line.startswith("mlflow-skinny") for line in listed) and not any("wandb" in line for line in listed)
+
+
 @pytest.mark.parametrize("variant", ["cpu", "gpu"])
 def test_default_base_is_official_ray_image_of_the_pin(variant):
     args = dockerfile_args() | {"VARIANT": variant}

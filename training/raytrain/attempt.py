@@ -5,12 +5,14 @@ In the driver, in this order:
    raytrain.runcontrol: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or
    is awaited with --wait-for-lease);
 2. the resume is checked (staging directories removed, a refused change named: raytrain.resume);
-3. the model builds, config.yaml is written, the data is prepared once (preflight.start_run);
+3. the model builds, config.yaml is written, the data is prepared once (preflight.start_run); with run.tracking,
+   the tracker syncer starts (raytrain.tracking: a thread that sends the final metrics rows; never waited for);
 4. the trainer's body runs in a thread (Ray Train, or the loop in this process), while this thread owns SIGTERM
    and Ctrl-C (Ray's own handlers are only installed from the main thread);
 5. this thread writes the result: the body never does. "succeeded", "failed" (the error in one paragraph),
    "stopped" (a signal: the workers were asked to checkpoint at their next step, and given stop_grace_s), or
-   nothing at all when the lease was lost to a newer attempt, which owns the run's files now.
+   nothing at all when the lease was lost to a newer attempt, which owns the run's files now. Then the syncer's
+   last sync, bounded.
 Then the run control is closed (any late writer of this attempt is refused) and the lease released.
 
 A bug of raytrain's own (an exception that is neither a RaytrainError nor the user's code failing) is not
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, TextIO
 
-from raytrain import checkpoints, console, preflight, runs
+from raytrain import checkpoints, console, preflight, runs, tracking
 from raytrain import lease as leases
 from raytrain.config import RunConfig
 from raytrain.errors import RaytrainError
@@ -139,6 +141,7 @@ class Attempt:
         # The body's thread when it was left inside Ray (stopped, lease lost): the process must then end with
         # os._exit, as an interpreter exit with that thread in Ray's C++ code crashes.
         self.left_running: Optional[threading.Thread] = None
+        self.syncer: Optional[tracking.Syncer] = None  # run.tracking's: sends final metrics rows to the trackers
 
     def say(self, message: str, event: str = "attempt", **fields) -> None:
         console.info(event, message, out=self.out, **fields)
@@ -157,6 +160,7 @@ class Attempt:
 
     def run(self, trainer: Trainer) -> Outcome:
         started = time.time()
+        tracking.check_installed(tracking.configured(self.cfg))
         control = preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
                                        on_lost=self._on_lost)
         records = runs.Records(self.run_dir, control)
@@ -169,6 +173,7 @@ class Attempt:
             preflight.check_resume(self.cfg, records)
             preflight.start_run(self.cfg, records,
                                 lambda directory, error: summarize(directory, Ending.FAILED.value, started, error))
+            self.syncer = tracking.start(self.cfg, records, self.out)
             if self.handle_signals:
                 previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
             if trainer.embedded_ray:
@@ -203,6 +208,8 @@ class Attempt:
                 self.left_running = worker
             return self._conclude(records, control, started, box)
         finally:
+            if self.syncer is not None:
+                self.syncer.abandon()  # no-op after its last sync; otherwise the attempt ended without a result
             for s, handler in previous.items():
                 signal.signal(s, handler)
             self._end_watchdog(wait=False)
@@ -238,10 +245,14 @@ class Attempt:
         return self._write(records, control, summarize(self.run_dir, Ending.SUCCEEDED.value, started))
 
     def _write(self, records: runs.Records, control: RunControl, result: dict) -> Outcome:
+        if self.syncer is not None and self.syncer.ids():
+            result["tracking"] = self.syncer.ids()
         try:
             records.write_result(result)
         except OSError as err:  # a full or read-only disk: the outcome is still said on the console
             console.warning(f"could not write {self.run_dir / runs.RESULT_FILE}: {err.strerror or err}", out=self.out)
+        if self.syncer is not None:  # after the result (a stopping pod's grace is short), while the run is still ours
+            self.syncer.finish(result["status"])
         control.close(f"the attempt ended ({result['status']})")
         return Outcome(self.run_dir, result)
 

@@ -225,6 +225,27 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_track(args: argparse.Namespace) -> int:
+    """Send a run's trackers (run.tracking) what they miss: after the tracker was down at a run's end."""
+    from raytrain.runcontrol import RunControl
+    from raytrain.tracking import track
+
+    run_dir = Path(args.run_dir).expanduser().absolute()
+    if not run_dir.is_dir():
+        raise UsageError(f"track: {run_dir} is not a run directory. Fix: give STORAGE/NAME of a run, e.g. runs/linear.")
+    # Under the run's lease: an attempt that is training sends its own points, and a later one continues from these.
+    control = RunControl.acquire(run_dir, _lease_ttl_s(), wait=args.wait_for_lease,
+                                 notify=lambda message: console.info("attempt", message))
+    try:
+        held = track(run_dir, control)
+    finally:
+        control.close("raytrain track ended")
+        control.release()
+    console.info("track", "; ".join(f"{name} holds epochs up to {epoch}" for name, epoch in held.items()) +
+                 f" of {run_dir}", run_dir=str(run_dir), **held)
+    return EXIT_OK
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from raytrain.export import export
 
@@ -490,6 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="FILE.png", help="the PNG (the HTML page goes beside it; default: "
                                                           "RUN_DIR/report.png for one directory, else ./report.png)")
     report.set_defaults(func=cmd_report)
+
+    track = sub.add_parser("track", help="send a run's experiment trackers (run.tracking: MLflow, W&B) the metrics "
+                                         "they miss, e.g. after the tracker was down when the run ended")
+    track.add_argument("run_dir", metavar="RUN_DIR", help="STORAGE/NAME of a run")
+    add_lease_option(track)
+    track.set_defaults(func=cmd_track)
 
     export = sub.add_parser("export", help="the newest checkpoint's model as one file for serving (sharded ones "
                                            "consolidated)")

@@ -125,6 +125,40 @@ class ScalingSection:
         return f"{self.min_workers}..{self.max_workers} (elastic)" if self.elastic else str(self.num_workers)
 
 
+# run.tracking. Credentials never go in a config: MLflow reads MLFLOW_TRACKING_TOKEN (or _USERNAME/_PASSWORD) and
+# W&B WANDB_API_KEY from the environment of the process that trains (a RayJob's entrypoint env: from a Secret).
+@dataclass
+class MlflowTracking:
+    uri: Optional[str] = None  # the tracking server, e.g. http://mlflow.mlflow:5000; unset: MLFLOW_TRACKING_URI
+    experiment: str = "raytrain"  # created when missing
+
+
+@dataclass
+class WandbTracking:
+    project: str
+    entity: Optional[str] = None  # a team or user; unset: the API key's default entity
+    mode: Literal["online", "offline"] = "online"  # offline: files only, uploaded later with `wandb sync`
+    dir: Optional[str] = None  # where W&B writes its files; unset: W&B's own (WANDB_DIR, else the working directory)
+
+
+@dataclass
+class TrackingSection:
+    mlflow: Optional[MlflowTracking] = None
+    wandb: Optional[WandbTracking] = None
+    sync_every_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 5.0  # how often points are sent
+
+    def trackers(self) -> list[str]:
+        return [name for name in TRACKERS if getattr(self, name) is not None]
+
+
+TRACKERS = ("mlflow", "wandb")
+TRACKER_CLASSES = {"mlflow": MlflowTracking, "wandb": WandbTracking}
+# Keys that would put a secret into config.yaml and every checkpoint: refused, naming the variable to use instead.
+CREDENTIAL_KEYS = ("token", "password", "username", "api_key", "key", "secret")
+CREDENTIAL_VARIABLES = {"mlflow": "MLFLOW_TRACKING_TOKEN (or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)",
+                        "wandb": "WANDB_API_KEY"}
+
+
 @dataclass
 class RunSection:
     name: Optional[str] = None  # run directory under storage_path; default: the config's name
@@ -140,6 +174,8 @@ class RunSection:
     async_checkpoint: bool = True  # sharded: training goes on while a checkpoint is written (at most one in flight)
     log_every_steps: NonNegative = 0  # a row in steps.jsonl every N optimizer steps (rank 0's loss); 0 = off
     max_failures: Annotated[int, Field(ge=-1)] = 3  # worker-group restarts before the run fails; -1 = unlimited
+    # Experiment trackers fed from the driver (raytrain.tracking): {mlflow: {...}} and/or {wandb: {...}}, above
+    tracking: Optional[TrackingSection] = None
 
 
 DEFAULT_LOOP = "raytrain.loop.train_loop"  # the built-in per-worker loop, itself written against raytrain.Session
@@ -420,7 +456,7 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
 
     train = _section(TrainSection, raw.get("train"), where, "train")
     scaling = _section(ScalingSection, raw.get("scaling"), where, "scaling")
-    run = _section(RunSection, raw.get("run"), where, "run")
+    run = _section(RunSection, _with_tracking(raw.get("run"), where), where, "run")
     loop = _loop(raw.get("loop") or {}, where, source, component, import_user_code, unchecked)
     # model and data are the loop's business: a section left out is None, refused only if the loop requires it.
     requires = tuple(getattr(loop.target, "requires", ())) if loop.target is not _unavailable else ()
@@ -568,6 +604,59 @@ def _section(cls: type, raw: Any, where: components.Where, section: str):
         raise ConfigError(f"{components.where_of(where, section)}: section '{section}' must be a mapping, got "
                           f"{_typename(raw)}. Fix: write it as '{section}:' followed by indented key: value lines.")
     return cls(**components.check_kwargs(cls, raw, where, section, path=f"the '{section}' section"))
+
+
+def _with_tracking(raw: Any, where: components.Where) -> Any:
+    """The run section with run.tracking checked level by level, so that a mistake is named by its whole key
+    (run.tracking.mlflow.uri), and made a TrackingSection (None when it names no tracker)."""
+    if not isinstance(raw, dict) or raw.get("tracking") is None or isinstance(raw["tracking"], TrackingSection):
+        return raw
+    key, given = "run.tracking", raw["tracking"]
+    example = "{mlflow: {uri: http://mlflow:5000, experiment: my-team}} or {wandb: {project: my-project}}"
+    if not isinstance(given, dict):
+        raise ConfigError(f"{components.where_of(where, key)}: {key}: must be a mapping, got {_typename(given)}. "
+                          f"Fix: e.g. tracking: {example}.")
+    trackers: dict[str, Any] = {}
+    for name in TRACKERS:
+        value, sub = given.get(name), f"{key}.{name}"
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise ConfigError(f"{components.where_of(where, sub)}: {sub}: must be a mapping, got {_typename(value)}. "
+                              f"Fix: e.g. tracking: {example} ({{}} takes every default).")
+        for secret in value:
+            if str(secret).lower() in CREDENTIAL_KEYS:
+                raise ConfigError(f"{components.where_of(where, f'{sub}.{secret}')}: {sub}.{secret}: credentials never "
+                                  f"go in a run config (it is saved in config.yaml and in every checkpoint). Fix: "
+                                  f"remove it and set {CREDENTIAL_VARIABLES[name]} in the environment of the process "
+                                  f"that trains (in a RayJob: the entrypoint's env, from a Secret).")
+        cls = TRACKER_CLASSES[name]
+        tracker = cls(**components.check_kwargs(cls, value, where, sub, path=f"the '{sub}' section"))
+        _check_tracker(tracker, sub, _fail(where))
+        trackers[name] = tracker
+    rest = {k: v for k, v in given.items() if k not in TRACKERS}
+    checked = components.check_kwargs(TrackingSection, rest, where, key, path=f"the '{key}' section")
+    section = TrackingSection(**{**checked, **trackers})
+    return {**raw, "tracking": section if section.trackers() else None}
+
+
+def _check_tracker(tracker: Any, key: str, fail: Callable) -> None:
+    """What a tracker's annotations cannot say: no empty names, no password inside the URI."""
+    for name, value in vars(tracker).items():
+        if isinstance(value, str) and not value.strip():
+            fail(f"{key}.{name}", "is empty", f"give a value, or leave {key}.{name} out for its default")
+    uri = getattr(tracker, "uri", None)
+    if uri:
+        from urllib.parse import urlsplit
+
+        try:
+            secret = urlsplit(uri).password
+        except ValueError:
+            secret = None
+        if secret:
+            fail(f"{key}.uri", "holds a password (user:password@host), which would be saved in config.yaml and in "
+                 "every checkpoint", "give the URI without it and set MLFLOW_TRACKING_USERNAME and "
+                 "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment of the process that trains")
 
 
 def _loss(value: Union[str, dict], where: components.Where, import_code: bool = True) -> Component:

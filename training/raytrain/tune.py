@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from raytrain import console, preflight, runs
+from raytrain import console, preflight, runs, tracking
 from raytrain.lease import DEFAULT_TTL_S
 from raytrain.config import PRESETS_DIR, SMOKE_KEY, ConfigError, RunConfig, config_from_dict, dump_yaml, read_yaml_mapping
 from raytrain.attempt import Attempt
@@ -204,6 +204,7 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
              in_submitted_job: bool = False) -> dict:
     """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json."""
     check_space(cfg, search)
+    tracking.check_installed(tracking.configured(cfg))  # each trial is a run of its own, with its own tracker run
     started = time.time()
     # The sweep's own directory is held like a run's: one sweep writes it at a time, every commit fenced.
     control = preflight.take_lease(cfg, DEFAULT_TTL_S, wait=False, notify=lambda m: console.info("attempt", m, out=out))
