@@ -230,7 +230,8 @@ def cmd_track(args: argparse.Namespace) -> int:
     from raytrain.runcontrol import RunControl
     from raytrain.tracking import track
 
-    run_dir = Path(args.run_dir).expanduser().absolute()
+    run_dir = storage.as_path(args.run_dir) if storage.is_remote(args.run_dir) else \
+        Path(args.run_dir).expanduser().absolute()
     if not run_dir.is_dir():
         raise UsageError(f"track: {run_dir} is not a run directory. Fix: give STORAGE/NAME of a run, e.g. runs/linear.")
     # Under the run's lease: an attempt that is training sends its own points, and a later one continues from these.

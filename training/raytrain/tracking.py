@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, TextIO
 
-from raytrain import checkpoints, console, files, runs
+from raytrain import checkpoints, console, files, runs, storage
 from raytrain.config import MlflowTracking, RunConfig, WandbTracking
 from raytrain.errors import RaytrainError, UsageError
 from raytrain.runcontrol import AttemptEnded, Ending
@@ -348,7 +348,7 @@ class Progress:
 
 def read_state(run_dir: Path) -> dict:
     """tracking.json: {tracker name: its settings, the tracker run's identity and bookkeeping}."""
-    return files.read_record(Path(run_dir) / TRACKING_FILE) or {}
+    return files.read_record(storage.as_path(run_dir) / TRACKING_FILE) or {}
 
 
 class Syncer:
