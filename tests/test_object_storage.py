@@ -220,3 +220,43 @@ def test_a_writer_killed_mid_upload_leaves_a_torn_checkpoint_that_is_ignored_the
     assert torn.name in removed
     assert checkpoints.staging_dirs(where) == []
     assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(where)] == [1]
+
+
+NODE_DATA = """
+    import torch
+    from torch.utils.data import TensorDataset
+    from raytrain.data import DataSource
+
+    class NodeLocal(DataSource):
+        def prepare(self, ctx):
+            ctx.root.mkdir(parents=True, exist_ok=True)
+            (ctx.root / "prepared").write_text("yes")
+
+        def datasets(self, ctx):
+            if not (ctx.root / "prepared").exists():
+                raise RuntimeError("not prepared on this node")
+            x = torch.zeros(4, 1)
+            return {"train": TensorDataset(x, x)}
+"""
+
+
+def test_with_object_storage_each_node_prepares_its_own_data(tmp_path, monkeypatch):
+    """No shared volume: what the driver prepared is on its node only, so a worker's datasets() first prepares its
+    node's copy under TMPDIR (on a directory, the driver's one prepare serves every node)."""
+    from raytrain import build
+    from raytrain.config import load_config
+    from raytrain.data import data_context
+    from tests.support.project import user_module
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node-tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    (tmp_path / "node-tmp").mkdir()
+    for _ in user_module(tmp_path, "node_data", NODE_DATA):
+        job = tmp_path / "job.yaml"
+        job.write_text("model: {_component_: mlp}\ndata: {_component_: node_data.NodeLocal}\n"
+                       "train: {epochs: 1, batch_size: 4}\nrun: {storage_path: 's3://some-bucket/runs'}\n")
+        cfg = load_config(str(job))
+        ctx = data_context(cfg)
+        assert ctx.root == tmp_path / "node-tmp" / "raytrain-local" / "datasets"
+        assert set(build.call_data_component(cfg, ctx)) == {"train"}
+        assert (ctx.root / "prepared").read_text() == "yes"

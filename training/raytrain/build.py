@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable, Optional
 
-from raytrain import components
+from raytrain import components, storage
 from raytrain.config import RunConfig
 from raytrain.data import DataContext, DataSource
 from raytrain.errors import ConfigError
@@ -56,6 +56,10 @@ def call_data_component(cfg: RunConfig, ctx: Optional[DataContext]) -> dict:
                           f"session.datasets()), but the run config has no data section. Fix: add data: "
                           f"{{_component_: your.module.your_data}}, or pass your own dataset to session.batches().")
     source = data_source(cfg)
+    if source is not None and ctx is not None and storage.is_remote(cfg.run.storage_path):
+        # No shared volume: the driver's prepare() filled its own node's TMPDIR only, so each node prepares its copy
+        # (the hooks are idempotent and hold a file lock: the workers of one node prepare it once).
+        source.prepare(ctx)
     produced = source.datasets(ctx) if source is not None else components.instantiate(cfg.data.component, ctx=ctx)
     where = f"{cfg.source}: data._component_: {cfg.data.path}"
     if not isinstance(produced, Mapping) or "train" not in produced:
