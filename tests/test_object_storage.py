@@ -36,7 +36,8 @@ def run_dir(prefix: str, name: str = "run"):
     ("s3://ab/runs", "is not a bucket name"),
     ("s3://bucket/../runs", "'.', '..'"),
     ("s3://bucket//runs", "empty"),
-    ("s3://bucket/ru\x00ns", "control-character"),
+    ("s3://bucket/ru\x00ns", "not printable"),
+    ("s3://bucket/r\udcffuns", "not UTF-8"),
 ])
 def test_a_mistyped_url_is_refused_naming_it_and_the_fix(url, problem):
     found = storage.url_problem(url)

@@ -91,10 +91,9 @@ def url_problem(storage_path: str) -> Optional[tuple[str, str]]:
     if not _BUCKET.match(bucket):
         return (f"{bucket!r} is not a bucket name (3-63 characters of a-z, 0-9, '.' and '-')",
                 f"write it as {scheme}://BUCKET/PREFIX, e.g. {scheme}://my-bucket/runs")
-    if any(part in (".", "..") for part in rest.split("/")[1:]) or "//" in rest or any(
-            ord(c) < 32 for c in rest):
-        return ("its prefix has an empty, '.', '..' or control-character part, which an object store keeps as a "
-                "literal key", f"write the prefix out, e.g. {scheme}://{bucket}/runs")
+    if any(part in (".", "..") for part in rest.split("/")[1:]) or "//" in rest or not rest.isprintable():
+        return ("its prefix has an empty, '.' or '..' part, or a character that is not printable (a control "
+                "character, bytes that are not UTF-8), which an object store would keep as a literal key", f"write the prefix out, e.g. {scheme}://{bucket}/runs")
     return None
 
 
