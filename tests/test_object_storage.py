@@ -34,7 +34,7 @@ def run_dir(prefix: str, name: str = "run"):
     ("file:///tmp/runs", "is not how a URL begins"),
     ("s3://My_Bucket/runs", "is not a bucket name"),
     ("s3://ab/runs", "is not a bucket name"),
-    ("s3://bucket/../runs", "'.', '..'"),
+    ("s3://bucket/../runs", "'..' part"),
     ("s3://bucket//runs", "empty"),
     ("s3://bucket/ru\x00ns", "not printable"),
     ("s3://bucket/r\udcffuns", "not UTF-8"),
