@@ -810,7 +810,13 @@ def test_every_ray_pod_runs_under_the_service_account_a_bucket_trusts(service_ac
     objects = render_chart(CHART, (), {**S3_VALUES, "objectStorage": {"url": "s3://team-bucket/runs"},
                                        "serviceAccount": service_account})
     created = by_kind(objects, "ServiceAccount")
-    names = {pod.get("serviceAccountName") for pod in pod_specs(objects).values()}
+    pods = pod_specs(objects)
+    names = {pod.get("serviceAccountName") for pod in pods.values()}
+    for name, pod in pods.items():
+        # identity from the account alone: no env to set, so none rendered (an `env: null` fails the CRD's schema)
+        assert pod["containers"][0].get("env", []) is not None, name
+        # the workers get the cloud identity, never the account's Kubernetes API token (the autoscaler's Role)
+        assert pod.get("automountServiceAccountToken") is (None if name == "head" else False), name
     if expected_name is None:
         assert created == [] and names == {service_account["name"]}
         return
@@ -912,3 +918,12 @@ def test_strict_lint_is_clean_with_object_storage(tmp_path):
     values = tmp_path / "s3.yaml"
     values.write_text(yaml.safe_dump({**S3_VALUES, "serviceAccount": {"create": True}, "autoscaling": {"enabled": True}}))
     assert lint_chart(CHART, [values], strict=True) == []
+
+
+def test_a_group_may_request_the_disk_its_tmp_needs():
+    """GKE Autopilot caps a pod's disk at its ephemeral-storage request: a group's resources may name it."""
+    values = {**S3_VALUES, "worker": {"resources": {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "30Gi"}}}
+    worker = pod_specs(render_chart(CHART, (), values))["worker"]["containers"][0]["resources"]
+    assert worker["requests"]["ephemeral-storage"] == worker["limits"]["ephemeral-storage"] == "30Gi"
+    head = pod_specs(render_chart(CHART, (), S3_VALUES))["head"]["containers"][0]["resources"]
+    assert "ephemeral-storage" not in head["requests"]

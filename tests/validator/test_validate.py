@@ -354,7 +354,7 @@ STORAGE_OF_THE_S3_JOB = [
     ("one slash", "s3:/raytrain-runs/runs", [], "spec.entrypoint", "'s3:/' is not how a URL begins"),
     ("upper-case scheme", "S3://raytrain-runs/runs", [], "spec.entrypoint", "write s3://BUCKET/PREFIX (lower case"),
     ("bucket name", "s3://Raytrain_Runs/runs", [], "spec.entrypoint", "'Raytrain_Runs' is not a bucket name"),
-    ("dot-dot prefix", "s3://raytrain-runs/../runs", [], "spec.entrypoint", "its prefix has an empty, '.', '..'"),
+    ("dot-dot prefix", "s3://raytrain-runs/../runs", [], "spec.entrypoint", "its prefix has an empty, '.' or '..' part"),
     ("https URL", "https://raytrain-runs/runs", [], "spec.entrypoint", "https:// is not a storage raytrain can use"),
     ("azure URL", "az://runs/linear", [], "spec.entrypoint", "az:// is not a storage raytrain can use"),
     ("path without a mount", "/mnt/x", [], "spec.entrypoint",

@@ -159,6 +159,7 @@ Every group has the same shape: it is on unless `enabled: false` or `disabled: t
 {{- define "raytrain.resources" -}}
 {{- $r := dict "cpu" (toString .resources.cpu) "memory" (toString .resources.memory) -}}
 {{- if gt (int .gpus) 0 }}{{ $_ := set $r "nvidia.com/gpu" (toString .gpus) }}{{ end -}}
+{{- with index .resources "ephemeral-storage" }}{{ $_ := set $r "ephemeral-storage" (toString .) }}{{ end -}}
 requests:
   {{- toYaml $r | nindent 2 }}
 limits:
@@ -185,6 +186,12 @@ spec:
   {{- with include "raytrain.serviceAccountName" $root }}
   # Every Ray pod, workers too: they upload checkpoints, and Ray runs any task on any node.
   serviceAccountName: {{ . }}
+  {{- if not $.head }}
+  # Workers use the account's cloud identity only (IRSA's and Pod Identity's tokens are projected by EKS's webhook,
+  # Workload Identity answers on the metadata server), never its Kubernetes API token: with autoscaling on, KubeRay
+  # binds its autoscaler Role (pods patch, rayclusters patch: rbac.go) to the head's account, which is this one.
+  automountServiceAccountToken: false
+  {{- end }}
   {{- end }}
   securityContext:
     {{- toYaml $root.Values.podSecurityContext | nindent 4 }}
@@ -219,7 +226,8 @@ spec:
       {{- $fd := $root.Values.failureDetection }}
       {{- $os := $root.Values.objectStorage }}
       {{- $gcsKey := and (eq (include "raytrain.objectStorageScheme" $root) "gs") $os.credentialsSecret }}
-      {{- if or $v.env .head $os.url }}
+      {{- $osEnv := include "raytrain.objectStorageEnv" $root | trim }}
+      {{- if or $v.env .head $osEnv }}
       env:
         {{- if .head }}
         # Read by the job supervisor on the head (Ray 2.55 dashboard/modules/job/job_supervisor.py): how long a
@@ -232,7 +240,7 @@ spec:
         - {name: RAY_health_check_period_ms, value: {{ $fd.healthCheckPeriodMs | int | quote }}}
         - {name: RAY_health_check_failure_threshold, value: {{ $fd.healthCheckFailureThreshold | int | quote }}}
         {{- end }}
-        {{- with include "raytrain.objectStorageEnv" $root }}
+        {{- with $osEnv }}
         # objectStorage: the bucket's endpoint, region and credentials, as the cloud SDKs read them.
         {{- . | nindent 8 }}
         {{- end }}

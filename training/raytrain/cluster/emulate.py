@@ -180,7 +180,7 @@ def container_env(job: JobInput, container: dict, where: str) -> list[dict]:
         return RayJobError(f"{job.path}: RayJob/{job.name}: {field_name} takes the environment from {kind} {name!r}, "
                            f"which the file does not hold: kubelet would keep the pod in CreateContainerConfigError. "
                            f"Fix: add the {kind} to the same file (emulate has no API server to read it from), e.g. "
-                           f"`kubectl create {kind.lower()} generic {name} --from-literal=KEY=VALUE --dry-run=client "
+                           f"`kubectl create {'secret generic' if kind == 'Secret' else 'configmap'} {name} --from-literal=KEY=VALUE --dry-run=client "
                            "-o yaml`, or mark the reference optional: true")
 
     out: list[dict] = []
