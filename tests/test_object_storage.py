@@ -261,3 +261,17 @@ def test_with_object_storage_each_node_prepares_its_own_data(tmp_path, monkeypat
         assert ctx.root == tmp_path / "node-tmp" / "raytrain-local" / "datasets"
         assert set(build.call_data_component(cfg, ctx)) == {"train"}
         assert (ctx.root / "prepared").read_text() == "yes"
+
+
+@pytest.mark.parametrize("command", ["report", "export", "track"])
+def test_reading_a_run_in_a_store_that_cannot_be_reached_is_one_paragraph(command):
+    """A fresh interpreter (fsspec caches its filesystems by their arguments, not the environment): a closed port."""
+    import os
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k",
+           "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "1"}
+    done = subprocess.run([sys.executable, "-m", "raytrain.cli", command, "s3://some-bucket/runs/r"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    assert f"s3://some-bucket/runs/r (raytrain {command}) cannot be reached" in done.stderr
+    assert "AWS_ENDPOINT_URL" in done.stderr and "Traceback" not in done.stderr

@@ -214,7 +214,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from raytrain.report import ReportError, report
 
     try:
-        loaded, png, page = report([storage.as_path(p) for p in args.run_dirs], Path(args.out) if args.out else None)
+        run_dirs = [storage.check_reachable(storage.as_path(p), "raytrain report") for p in args.run_dirs]
+        loaded, png, page = report(run_dirs, Path(args.out) if args.out else None)
     except ReportError as err:
         _error(f"report: {err}")
         return EXIT_USAGE
@@ -230,7 +231,8 @@ def cmd_track(args: argparse.Namespace) -> int:
     from raytrain.runcontrol import RunControl
     from raytrain.tracking import track
 
-    run_dir = storage.as_path(args.run_dir) if storage.is_remote(args.run_dir) else \
+    run_dir = storage.check_reachable(storage.as_path(args.run_dir), "raytrain track") if \
+        storage.is_remote(args.run_dir) else \
         Path(args.run_dir).expanduser().absolute()
     if not run_dir.is_dir():
         raise UsageError(f"track: {run_dir} is not a run directory. Fix: give STORAGE/NAME of a run, e.g. runs/linear.")
@@ -250,7 +252,8 @@ def cmd_track(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from raytrain.export import export
 
-    source, out = export(storage.as_path(args.run_dir), Path(args.out) if args.out else None)
+    run_dir = storage.check_reachable(storage.as_path(args.run_dir), "raytrain export")
+    source, out = export(run_dir, Path(args.out) if args.out else None)
     console.info("export", f"exported {source.name} to {out}", checkpoint=str(source), file=str(out))
     return EXIT_OK
 

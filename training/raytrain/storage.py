@@ -124,8 +124,12 @@ def as_path(value: Union[str, os.PathLike, Any]) -> Path:
     check_url(text)
     from upath import UPath
 
-    # No listings cache: a lease's claims and a run's checkpoints are listed while other nodes write them.
-    return UPath(text.rstrip("/"), use_listings_cache=False)  # type: ignore[return-value]
+    # No listings cache: a lease's claims and a run's checkpoints are listed while other nodes write them. A connect
+    # timeout of 10 s (botocore's is 60 s, per retry): an endpoint that drops packets fails a start in under a minute.
+    options: dict[str, Any] = {"use_listings_cache": False}
+    if url_scheme(text) == "s3":
+        options["config_kwargs"] = {"connect_timeout": 10}
+    return UPath(text.rstrip("/"), **options)  # type: ignore[return-value]
 
 
 def _fs(path: Any) -> Any:
@@ -312,6 +316,31 @@ def check_storage(storage_path: str, run_name: str = "", source: str = "run.stor
     return path
 
 
+def check_reachable(path: Path, source: str) -> Path:
+    """For commands that read a run on an object store (report, export, track): the run's prefix can be listed
+    with this environment's credentials, else StorageError in one paragraph (never the SDK's traceback)."""
+    if not is_remote(path):
+        return path
+    path = as_path(path)
+    try:
+        path.exists()
+    except Exception as err:
+        raise _unreachable(str(path), source, err) from None
+    return path
+
+
+def _unreachable(url: str, source: str, err: BaseException) -> StorageError:
+    if isinstance(err, PermissionError):
+        return StorageError(f"the storage path {url} ({source}) refused this request: {err}. Fix: give these "
+                            f"credentials s3:PutObject, GetObject, DeleteObject and ListBucket on the prefix (on "
+                            f"Kubernetes, the service account's IRSA role or Workload Identity binding).")
+    return StorageError(f"the storage path {url} ({source}) cannot be reached: {err.__class__.__name__}: "
+                        f"{str(err)[:300]}. Fix: check the endpoint and credentials in the environment "
+                        f"(AWS_ENDPOINT_URL for an S3-compatible store such as MinIO, AWS_ACCESS_KEY_ID/"
+                        f"AWS_SECRET_ACCESS_KEY or the pod's IRSA role; for gs://, GOOGLE_APPLICATION_CREDENTIALS or "
+                        f"Workload Identity).")
+
+
 def _check_object_store(storage_path: str, run_name: str, source: str) -> Path:
     """A write and a delete of a probe object under the run's prefix: the bucket exists and these credentials may
     write there. Every failure is one paragraph naming the URL and what to check."""
@@ -325,14 +354,6 @@ def _check_object_store(storage_path: str, run_name: str, source: str) -> Path:
     except FileNotFoundError:
         raise StorageError(f"the storage path {storage_path} ({source}): its bucket does not exist (or these "
                            f"credentials cannot see it). Fix: create the bucket, or correct the URL.") from None
-    except PermissionError as err:
-        raise StorageError(f"the storage path {storage_path} ({source}) refused a write: {err}. Fix: give these "
-                           f"credentials s3:PutObject, GetObject, DeleteObject and ListBucket on the prefix (on "
-                           f"Kubernetes, the service account's IRSA role or Workload Identity binding).") from None
     except Exception as err:  # botocore, aiohttp and gcsfs raise their own types for a store that cannot be reached
-        raise StorageError(f"the storage path {storage_path} ({source}) cannot be reached: "
-                           f"{err.__class__.__name__}: {str(err)[:300]}. Fix: check the endpoint and credentials in "
-                           f"the environment (AWS_ENDPOINT_URL for an S3-compatible store such as MinIO, "
-                           f"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the pod's IRSA role; for gs://, "
-                           f"GOOGLE_APPLICATION_CREDENTIALS or Workload Identity).") from None
+        raise _unreachable(storage_path, source, err) from None
     return root
