@@ -102,27 +102,28 @@ def test_claims_are_exclusive_under_racing_starts(s3_prefix):
 
 def test_two_concurrent_starts_one_refused_then_a_dead_holder_taken_over(s3_prefix):
     where = run_dir(s3_prefix)
-    first = Lease(where, ttl_s=3).acquire()  # renews every 0.6 s
+    # renews every 1.2 s: on a loaded machine one request to the server can take a second
+    first = Lease(where, ttl_s=6).acquire()
     try:
         with pytest.raises(LeaseHeld, match="attempt 1 on host .* so it is running"):
-            Lease(where, ttl_s=3).acquire(poll_s=0.1)
+            Lease(where, ttl_s=6).acquire(poll_s=0.1)
     finally:
         first._stop.set()  # dies without releasing
     told: list[str] = []
-    taker = Lease(where, ttl_s=3).acquire(poll_s=0.1, notify=told.append)
+    taker = Lease(where, ttl_s=6).acquire(poll_s=0.1, notify=told.append)
     assert taker.token == 2 and "if not, it has died" in told[0]
     with pytest.raises(LeaseLost):
         first.check()
     taker.release()
-    assert Lease(where, ttl_s=3).acquire().token == 3  # released: taken at once
+    assert Lease(where, ttl_s=6).acquire().token == 3  # released: taken at once
 
 
 def test_a_stale_holder_is_fenced_out_of_every_commit(s3_prefix):
     """A paused attempt whose lease was taken over writes nothing: metrics, results, config, checkpoints."""
     where = run_dir(s3_prefix)
-    stale = RunControl.acquire(where, ttl_s=2)
+    stale = RunControl.acquire(where, ttl_s=5)
     stale.lease._stop.set()  # paused: no renewals
-    newer = RunControl.acquire(where, ttl_s=2, wait=True)
+    newer = RunControl.acquire(where, ttl_s=5, wait=True)
     before = sorted(p.name for p in where.iterdir())
     records = runs.Records(where, WorkerControl(where, stale.token))
     for commit in (lambda: records.append_metrics({"epoch": 1}), lambda: records.write_result({"status": "x"}),
@@ -184,7 +185,7 @@ import sys
 from raytrain import storage
 from raytrain.checkpoints import FileCheckpointer, Position
 saver = FileCheckpointer(storage.as_path(sys.argv[1]), keep=5)
-blob = bytes(64 << 20)  # a state big enough that its upload takes a while
+blob = bytes(192 << 20)  # a state whose upload (multipart, 4 parts) outlasts a poll on a loaded machine
 saver.save(Position(int(sys.argv[2])), lambda: {"epoch": int(sys.argv[2]), "step": 0, "blob": blob}, writer=True)
 """
 

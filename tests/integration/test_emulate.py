@@ -364,29 +364,12 @@ def test_a_stopped_rayjob_checkpoints_ends_stopped_and_releases_its_lease(tmp_pa
 
 @pytest.fixture
 def s3_endpoint():
-    """A real S3-compatible server on this machine (moto's, as MinIO would be on a cluster), at its own port."""
-    from raytrain.cluster.raynode import free_port
+    """A real S3-compatible server on this machine (moto's, as MinIO would be on a cluster), at its own port; the
+    environment is left alone (the nodes get the endpoint and keys from the RayJob's Secret)."""
+    from tests.support.objectstore import running_s3_server
 
-    port = free_port("127.0.0.1")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                import urllib.request
-
-                urllib.request.urlopen(url, timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"moto.server did not start on port {port}")
-                time.sleep(0.3)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with running_s3_server() as server:
+        yield server.endpoint
 
 
 def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monkeypatch, s3_endpoint):

@@ -46,8 +46,24 @@ class S3Server:
 
 @contextmanager
 def s3_server() -> Iterator[S3Server]:
-    """Start the server on a free port, wait until it answers, set the environment for this process's clients (and
-    the subprocesses it starts), and stop it afterwards."""
+    """A running server (running_s3_server) whose endpoint and keys are set in the environment for this process's
+    clients (and the subprocesses it starts) until it stops."""
+    with running_s3_server() as server:
+        saved = {key: os.environ.get(key) for key in server.env}
+        os.environ.update(server.env)
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+@contextmanager
+def running_s3_server() -> Iterator[S3Server]:
+    """Start the server on a free port, wait until it answers, and stop it afterwards."""
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -62,17 +78,9 @@ def s3_server() -> Iterator[S3Server]:
                 process.kill()
                 raise RuntimeError(f"moto's S3 server did not start on {endpoint}")
             time.sleep(0.1)
-    server = S3Server(endpoint, process)
-    saved = {key: os.environ.get(key) for key in server.env}
-    os.environ.update(server.env)
     try:
-        yield server
+        yield S3Server(endpoint, process)
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         process.terminate()
         try:
             process.wait(timeout=10)
