@@ -29,13 +29,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def s3_server():
+def _s3_process():
     """One real S3-compatible server per test session (tests.support.objectstore): fsspec caches its filesystem
     objects, so every test's client must keep meeting the same endpoint."""
-    from tests.support.objectstore import s3_server
+    from tests.support.objectstore import running_s3_server
 
-    with s3_server() as server:
+    with running_s3_server() as server:
         yield server
+
+
+@pytest.fixture
+def s3_server(_s3_process, monkeypatch):
+    """The session's server, its endpoint and keys in the environment for this test only (and the processes it
+    starts), as AWS_ENDPOINT_URL points users' clients at MinIO."""
+    for key, value in _s3_process.env.items():
+        monkeypatch.setenv(key, value)
+    return _s3_process
 
 
 @pytest.fixture

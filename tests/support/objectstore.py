@@ -4,7 +4,6 @@ If-Match). Clients find it through the standard environment (AWS_ENDPOINT_URL), 
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -42,23 +41,6 @@ class S3Server:
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
-
-
-@contextmanager
-def s3_server() -> Iterator[S3Server]:
-    """A running server (running_s3_server) whose endpoint and keys are set in the environment for this process's
-    clients (and the subprocesses it starts) until it stops."""
-    with running_s3_server() as server:
-        saved = {key: os.environ.get(key) for key in server.env}
-        os.environ.update(server.env)
-        try:
-            yield server
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 @contextmanager
