@@ -130,7 +130,16 @@ def trained(ray_head, prometheus, tmp_path_factory):
         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     time.sleep(3 * SCRAPE_S)  # the last values reach Prometheus
+    # On a loaded machine Ray's metrics agent exports late: wait until the run's series are there (a run whose
+    # metrics never arrive still fails, in the test that asks for them).
+    arrived(prometheus, f'ray_raytrain_samples_per_second{{run="{RUN}"}}', began)
     return storage / RUN, proc.stdout, proc.stderr, began, time.time()
+
+
+def arrived(url: str, expr: str, began: float, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not range_query(url, expr, began, time.time()) and time.monotonic() < deadline:
+        time.sleep(SCRAPE_S)
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -216,6 +225,7 @@ def test_a_resumed_run_reports_its_restart_and_resume(ray_head, prometheus, tmp_
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "resuming after epoch 2" in proc.stdout
     time.sleep(3 * SCRAPE_S)
+    arrived(prometheus, f'ray_raytrain_resumes{{run="{name}"}}', began)
     ended = time.time()
 
     def last(metric: str) -> float:
