@@ -309,18 +309,24 @@ def test_ctrl_c_tears_down(tmp_path):
     assert_torn_down(run_id)
 
 
-def test_loopback_addresses_without_namespaces(tmp_path):
-    """The non-root path: 127.0.0.x per node and /mnt/shared rewritten to the shared directory."""
-    job = tiny_job(tmp_path / "job.yaml", "python -c \"import ray; ray.init(); "
-                   "n = len([x for x in ray.nodes() if x['Alive']]); open('/mnt/shared/nodes', 'w').write(str(n))\"",
-                   workers=1)
-    shared = tmp_path / "shared"
+def emulate_on_loopback(job: Path, tmp_path: Path, shared: Path) -> str:
+    """`raytrain emulate JOB` with loopback addresses per node (no namespaces) until the RayJob succeeds; its output."""
     with open(tmp_path / "out.txt", "w+") as out:
         code = emulate(job, None, False, CRDS, out=out, shared_dir=shared, isolation="loopback")
         out.seek(0)
         output = out.read()
     assert code == 0, output[-4000:]
     checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
+    return output
+
+
+def test_loopback_addresses_without_namespaces(tmp_path):
+    """The non-root path: 127.0.0.x per node and /mnt/shared rewritten to the shared directory."""
+    job = tiny_job(tmp_path / "job.yaml", "python -c \"import ray; ray.init(); "
+                   "n = len([x for x in ray.nodes() if x['Alive']]); open('/mnt/shared/nodes', 'w').write(str(n))\"",
+                   workers=1)
+    shared = tmp_path / "shared"
+    output = emulate_on_loopback(job, tmp_path, shared)
     assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
     assert (shared / "nodes").read_text() == "2"
 
@@ -393,12 +399,7 @@ def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monke
               "stringData": {**keys, "AWS_ENDPOINT_URL": s3_endpoint}}
     job.write_text(job.read_text() + "---\n" + yaml.safe_dump(secret))
     shared = tmp_path / "shared"
-    with open(tmp_path / "out.txt", "w+") as out:
-        code = emulate(job, None, False, CRDS, out=out, shared_dir=shared, isolation="loopback")
-        out.seek(0)
-        output = out.read()
-    assert code == 0, output[-4000:]
-    checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
+    output = emulate_on_loopback(job, tmp_path, shared)
     assert len(checks.train_worker_nodes(output)) >= 2, output[-4000:]
     prefix = "runs/linear-s3/"
     listed = s3.list_objects_v2(Bucket="raytrain-runs", Prefix=prefix).get("Contents", [])
