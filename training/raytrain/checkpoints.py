@@ -365,8 +365,13 @@ def position_of(directory: Path) -> Position:
         meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
         return Position(int(meta["epoch"]), int(meta.get("step") or 0))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        match = re.match(rf"{DIR_PREFIX}epoch(\d+)(?:_step(\d+))?", directory.name)
-        return Position(int(match.group(1)), int(match.group(2) or 0)) if match else Position(-1)
+        return _position_in_name(directory.name)
+
+
+def _position_in_name(name: str) -> Position:
+    """The position checkpoint_dir_name wrote into a checkpoint's name (Position(-1) for another name)."""
+    match = re.match(rf"{DIR_PREFIX}epoch(\d+)(?:_step(\d+))?", name)
+    return Position(int(match.group(1)), int(match.group(2) or 0)) if match else Position(-1)
 
 
 def committed(run_dir: Path) -> list[Path]:
@@ -391,17 +396,23 @@ def _committed_in_object_store(run_dir: Path) -> list[Path]:
     """committed() from one listing of the run's prefix (a request per thousand keys, where asking each checkpoint
     for its manifest, size and time took a dozen requests per checkpoint at every commit's prune): the prefixes
     holding a manifest, ordered by the position their name records (checkpoint_dir_name), then the manifest's time."""
-    stamped: dict[str, float] = {}
+    stamped = {name: stamp for name, stamp in _checkpoint_prefixes(run_dir).items() if stamp is not None}
+    return [run_dir / name for name in sorted(stamped, key=lambda n: (_position_in_name(n), stamped[n]),
+                                              reverse=True)]
+
+
+def _checkpoint_prefixes(run_dir: Path) -> dict[str, Optional[float]]:
+    """From one listing of a run's prefix in an object store: {checkpoint_* prefix: its manifest's time, or None
+    when it has none (a torn upload)}."""
+    prefixes: dict[str, Optional[float]] = {}
     for key, info in storage.list_tree(run_dir).items():
         parts = key.split("/")
-        if len(parts) == 2 and parts[0].startswith(DIR_PREFIX) and parts[1] == META_FILE:
-            stamped[parts[0]] = info.get("mtime", 0.0)
-
-    def key(name: str) -> tuple:
-        match = re.match(rf"{DIR_PREFIX}epoch(\d+)(?:_step(\d+))?", name)
-        return (Position(int(match.group(1)), int(match.group(2) or 0)) if match else Position(-1)), stamped[name]
-
-    return [run_dir / name for name in sorted(stamped, key=key, reverse=True)]
+        if len(parts) >= 2 and parts[0].startswith(DIR_PREFIX):
+            if len(parts) == 2 and parts[1] == META_FILE:
+                prefixes[parts[0]] = info.get("mtime", 0.0)
+            else:
+                prefixes.setdefault(parts[0], None)
+    return prefixes
 
 
 def staging_dirs(run_dir: Path) -> list[Path]:
@@ -409,7 +420,7 @@ def staging_dirs(run_dir: Path) -> list[Path]:
     run_dir = storage.as_path(run_dir)
     found = [p for p in run_dir.glob(f"{STAGING_PREFIX}{DIR_PREFIX}*") if p.is_dir()]
     if storage.is_remote(run_dir):
-        found += [p for p in run_dir.glob(f"{DIR_PREFIX}*") if p.is_dir() and not (p / META_FILE).exists()]
+        found += [run_dir / name for name, stamp in _checkpoint_prefixes(run_dir).items() if stamp is None]
     return sorted(found, key=lambda p: p.name)
 
 
