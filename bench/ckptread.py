@@ -204,12 +204,13 @@ def read_trace(trace: Path) -> tuple[list[Access], Processes]:
 
 
 def measure_side(side: str, work: Path, log: Callable[[str], None]) -> dict:
-    from raytrain import checkpoints, runs
+    from raytrain.checkpoint import checkpoints
+    from raytrain.rundir import runrecords
 
     storage = work / "ckptread"
     storage.mkdir(parents=True, exist_ok=True)
     name = f"ckpt-{side}-{time.time_ns() % 10**8}"
-    run_dir = Path(os.path.realpath(runs.run_dir_of(str(storage), name)))  # as strace -y shows it
+    run_dir = Path(os.path.realpath(runrecords.run_dir_of(str(storage), name)))  # as strace -y shows it
     wd = job_dir(work, name, checkpoint_config(str(probe_file(run_dir))), ship_bench=True)
     command = [side, "job.yaml", "--name", name, "--storage", str(run_dir.parent)]
     trace_a, trace_b = work / f"{name}.write.strace", work / f"{name}.resume.strace"

@@ -68,7 +68,7 @@ def chart_pre_stop(values_file: Optional[Path] = None) -> tuple[list[str], int]:
 
 def training_node(cluster):
     """The worker node that holds a training worker (Ray packs both onto one node when they fit)."""
-    from raytrain.cluster.localcluster import node_processes
+    from raytrain.cluster.pods import node_processes
 
     state_file = cluster.run_dir / "state.json"
     hosts = [n for n in cluster.nodes[1:] if node_processes(state_file, n.spec.name, "RayTrainWorker")]
@@ -78,7 +78,7 @@ def training_node(cluster):
 def kill_training_node(cluster) -> tuple[object, float]:
     """SIGKILL every process of the worker node that holds a training worker, as a lost pod; returns that node and
     when the kill began."""
-    from raytrain.cluster.localcluster import kill_node
+    from raytrain.cluster.pods import kill_node
 
     victim = training_node(cluster)
     killed_at = time.time()
@@ -88,11 +88,11 @@ def kill_training_node(cluster) -> tuple[object, float]:
 
 class NodeDeletion:
     """Delete the worker node that holds a training worker as kubelet deletes its pod (its preStop hook, SIGTERM,
-    SIGKILL after the grace period: raytrain.cluster.localcluster.delete_node), in the background: the deletion waits
+    SIGKILL after the grace period: raytrain.cluster.pods.delete_node), in the background: the deletion waits
     for the training there to checkpoint, and the next step is timed meanwhile."""
 
     def __init__(self, cluster):
-        from raytrain.cluster.localcluster import delete_node
+        from raytrain.cluster.pods import delete_node
 
         self.node = training_node(cluster)
         self.outcome: Optional[dict] = None
@@ -206,9 +206,9 @@ def wait_row(read_rows: Callable[[], list[dict]], after: float, timeout: float,
 def run_started(run_dir: Path, after: float, timeout: float, alive: Callable[[], bool]) -> Optional[dict]:
     """The run's `start` row in events.jsonl (rank 0 ready: model built, checkpoint restored) at or after
     `after`, with its resumed_from_epoch."""
-    from raytrain import runs
+    from raytrain.rundir import runrecords
 
-    return wait_row(lambda: [r for r in runs.read_events(run_dir) if r.get("event") == "start"], after, timeout,
+    return wait_row(lambda: [r for r in runrecords.read_events(run_dir) if r.get("event") == "start"], after, timeout,
                     alive)
 
 
@@ -223,7 +223,7 @@ def timed_job_dir(work: Path, name: str, preset: str, probe_path: str, every_ste
 def resolved_preset(preset: str) -> dict:
     """The preset as one self-contained run config: its sections resolved (include: files layered in, short names
     spelled out) and, as its smoke block, the dotted keys that --smoke-test changes."""
-    from raytrain.config import load_config
+    from raytrain.spec.config import load_config
 
     full, smoke = (_dotted(load_config(preset, smoke=smoke).to_dict()) for smoke in (False, True))
     config = load_config(preset).to_dict()
@@ -246,9 +246,9 @@ def first_step_time(run_dir: Path, after: float, timeout: float, alive: Callable
     or None if the job ended or `timeout` passed first. The one place that knows how this is read: the
     FirstStepProbe's STEP_DONE rows in probe_file(run_dir) (a restarted worker group writes its own)."""
     from bench.probes import STEP_DONE
-    from raytrain import runs
+    from raytrain.rundir import runrecords
 
-    row = wait_row(lambda: [r for r in runs.read_jsonl(probe_file(run_dir)) if r.get("event") == STEP_DONE], after,
+    row = wait_row(lambda: [r for r in runrecords.read_jsonl(probe_file(run_dir)) if r.get("event") == STEP_DONE], after,
                    timeout, alive)
     return row["time"] if row else None
 
@@ -259,14 +259,14 @@ def trained_steps(run_dir: Path, at: float) -> tuple[list[tuple[int, int]], Opti
     one). Read from the FirstStepProbe's FORWARD rows (every_step) and the run's `start` events: a step is known
     completed once rank 0's next forward pass (of either kind) began, since a loop steps the optimizer first."""
     from bench.probes import FORWARD
-    from raytrain import runs
+    from raytrain.rundir import runrecords
 
-    rows = [r for r in runs.read_jsonl(probe_file(run_dir)) if r.get("event") == FORWARD]
+    rows = [r for r in runrecords.read_jsonl(probe_file(run_dir)) if r.get("event") == FORWARD]
     before = [r for r in rows if r["time"] <= at]
     if not before:
         return [], None
     group = [r for r in rows if r["group"] == before[-1]["group"]]
-    starts = [e for e in runs.read_events(run_dir) if e.get("event") == "start" and e["time"] <= group[0]["time"]]
+    starts = [e for e in runrecords.read_events(run_dir) if e.get("event") == "start" and e["time"] <= group[0]["time"]]
     start = starts[-1] if starts else {}
     first_epoch, skipped = int(start.get("start_epoch") or 1), int(start.get("resumed_at_step") or 0)
     done = []
@@ -296,7 +296,7 @@ def probed_config(config: dict, probe_path: str, every_step: bool = False) -> di
     appends rank 0's first forward passes to `probe_path` (as the workers see it), and every one with `every_step`.
     The smoke block's model keys follow the model into `inner`, so that --smoke-test shrinks the real model."""
     from bench.probes import FirstStepProbe
-    from raytrain.components import COMPONENT_KEY, LEGACY_NAME_KEY, canonical_path
+    from raytrain.spec.components import COMPONENT_KEY, LEGACY_NAME_KEY, canonical_path
 
     inner = config.get("model")
     if not isinstance(inner, dict):

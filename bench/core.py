@@ -74,10 +74,10 @@ def plain_side(params: dict) -> dict:
     from torch import nn
     from torch.utils.data import DataLoader
 
-    from raytrain import build
-    from raytrain.config import load_config
     from raytrain.data import DataContext
     from raytrain.loop import build_optimizer
+    from raytrain.spec import build
+    from raytrain.spec.config import load_config
 
     cfg = load_config(params["preset"], params["overrides"])
     torch.set_num_threads(cfg.train.torch_threads)
@@ -113,14 +113,14 @@ def plain_side(params: dict) -> dict:
 
 def raytrain_side(w: Workload, threads: int, storage: Path, name: str) -> list[dict]:
     """`raytrain run PRESET` on an embedded Ray of its own; the run's metrics rows."""
-    from raytrain import runs
+    from raytrain.rundir import runrecords
 
     args = [sys.executable, "-m", "raytrain.cli", "run", w.preset, "--name", name, "--storage", str(storage)]
     for key in side_overrides(w, threads):
         args += ["--set", key]
     with own_ray_env() as env:
         proc = subprocess.run(args, cwd=storage, env=env, capture_output=True, text=True, timeout=900)
-    rows = runs.read_metrics(runs.run_dir_of(str(storage), name))
+    rows = runrecords.read_metrics(runrecords.run_dir_of(str(storage), name))
     if proc.returncode != 0 or len(rows) < w.epochs:
         raise RuntimeError(f"raytrain run {w.preset} ended with {proc.returncode} after {len(rows)} epoch rows; "
                            f"its output ends:\n{(proc.stdout + proc.stderr)[-2000:]}")

@@ -61,10 +61,10 @@ def p3_running_round(cluster, s: BenchSettings, work: Path, r: int) -> dict:
 def p3_cold_round(s: BenchSettings, work: Path, r: int) -> dict:
     """Process start to first optimizer step of `raytrain run job.yaml --smoke-test` on an embedded Ray, started in
     a working dir like the running side's."""
-    from raytrain import runs
+    from raytrain.rundir import runrecords
 
     name = f"cold-{r}"
-    run_dir = runs.run_dir_of(str(work / "cold"), name)
+    run_dir = runrecords.run_dir_of(str(work / "cold"), name)
     wd = timed_job_dir(work, name, s.p3_preset, str(probe_file(run_dir)))
     output = ""
     with own_ray_env() as env:

@@ -136,7 +136,7 @@ def machine_info() -> dict:
 
 
 def write_results(out_dir: Path, machine: dict, settings: BenchSettings, figures: list[dict]) -> Path:
-    from raytrain.files import write_atomic
+    from raytrain.rundir.atomicfile import write_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RESULTS_FILE

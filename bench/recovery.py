@@ -22,7 +22,7 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int, side: str) -> dict:
     RayCluster controller would, and time the next optimizer step; count the completed steps trained again: the
     steps the worker group knew finished before it ended (at the kill, or at a drained group's own checkpoint), past
     the point the run resumed from."""
-    from raytrain import runs
+    from raytrain.rundir import runrecords
 
     name = f"p4-{side}-{r}-{time.time_ns() % 10**8}"
     storage = cluster.shared_path("/mnt/shared/runs")
@@ -32,9 +32,9 @@ def p4_round(cluster, s: BenchSettings, work: Path, r: int, side: str) -> dict:
                                f"--set run.max_failures=3", wd, name)
     run_dir = cluster.shared_dir / "runs" / name
     deadline = time.time() + 300
-    while job.alive() and time.time() < deadline and len(runs.read_metrics(run_dir)) < 2:
+    while job.alive() and time.time() < deadline and len(runrecords.read_metrics(run_dir)) < 2:
         time.sleep(0.05)
-    if len(runs.read_metrics(run_dir)) < 2:
+    if len(runrecords.read_metrics(run_dir)) < 2:
         job.wait(60)
         raise RuntimeError(f"p4 {side}: job {name} did not reach epoch 2; its log ends:\n{job.tail()}")
     # Halfway into epoch 3, between epoch checkpoints: what a SIGKILL loses there is visible, and what a deletion

@@ -103,7 +103,7 @@ def chart(figures: list[dict], path: Path, title: str) -> Path:
 
 def write_report(figures: list[dict], machine: dict, settings: BenchSettings, out_dir: Path) -> tuple[Path, Path]:
     """OUT_DIR/results.md and OUT_DIR/bench.png."""
-    from raytrain.files import write_atomic
+    from raytrain.rundir.atomicfile import write_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / "results.md"

@@ -8,8 +8,8 @@ torch.distributed with gloo on the CPU, a free MASTER_PORT, one fresh process pe
 cluster is involved: neither figure depends on Ray, only on torch.distributed, FSDP2 and DCP.
 
 Checkpoint blocking (sides `sync` and `async`, interleaved round by round): the model sharded with
-`raytrain.sharding.fully_shard_model` (scaling.strategy fsdp), one warm-up step (AdamW's state exists from then on),
-then `p5_checkpoints` x `p5_checkpoint_every` timed steps, with `raytrain.sharded_checkpoints.ShardedCheckpointer.save`
+`raytrain.parallel.sharding.fully_shard_model` (scaling.strategy fsdp), one warm-up step (AdamW's state exists from then on),
+then `p5_checkpoints` x `p5_checkpoint_every` timed steps, with `raytrain.checkpoint.sharded.ShardedCheckpointer.save`
 every `p5_checkpoint_every` steps into a run directory under the bench's work dir (asynchronous=False on one side,
 True on the other), and `wait()` at the end. Figures:
 - blocked per checkpoint: rank 0's `blocked_s` (how long `save` held the training loop), the median over the round's
@@ -110,9 +110,10 @@ def p5_worker(params: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from raytrain import build, loop
-    from raytrain.checkpoints import Position, committed
-    from raytrain.config import load_config
+    from raytrain import loop
+    from raytrain.checkpoint.checkpoints import Position, committed
+    from raytrain.spec import build
+    from raytrain.spec.config import load_config
 
     rank, world, mode = params["rank"], params["world"], params["mode"]
     torch.set_num_threads(params.get("threads", 1))
@@ -128,7 +129,7 @@ def p5_worker(params: dict) -> dict:
         n_params = sum(p.numel() for p in model.parameters())
         device = torch.device("cpu")
         if strategy == "fsdp":
-            from raytrain.sharding import fully_shard_model
+            from raytrain.parallel.sharding import fully_shard_model
 
             model = fully_shard_model(model, cfg, device, world)
         else:
@@ -160,7 +161,7 @@ def p5_worker(params: dict) -> dict:
         out["first_step_s"] = time.perf_counter() - began
         step_s: list[float] = []
         if mode in CKPT_SIDES:
-            from raytrain.sharded_checkpoints import ShardedCheckpointer
+            from raytrain.checkpoint.sharded import ShardedCheckpointer
 
             run_dir = Path(params["run_dir"])
             checkpointer = ShardedCheckpointer(run_dir, keep=params["steps"] + 1, rank=rank,

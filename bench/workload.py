@@ -253,7 +253,7 @@ def ray_train_side(s: BenchSettings, dataset, storage: str, num_workers: int = 1
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from raytrain.launcher import CONTROLLER_POLL_INTERVAL_S
+    from raytrain.driver.raytrainer import CONTROLLER_POLL_INTERVAL_S
 
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
     result_path = Path(storage) / f"bench-{time.time_ns()}.json"

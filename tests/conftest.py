@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from raytrain import console, workdir
+from raytrain.rundir import console
+from raytrain.spec import workdir
 from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
 from tests.support.cli import Done, exit_status
 

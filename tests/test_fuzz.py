@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from raytrain.cli import main
-from raytrain.config import PRESETS_DIR, load_config
 from raytrain.errors import RaytrainError
+from raytrain.spec.config import PRESETS_DIR, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 # Two seeds in the unit tier (seconds); RAYTRAIN_FUZZ_SEEDS=200 soaks seeds 0-199, =200:400 seeds 200-399.
@@ -133,7 +133,7 @@ def test_validate_answers_every_mutated_manifest(tmp_path, capsys, seed):
     rng = random.Random(seed)
     corpus = [[d for d in yaml.safe_load_all((REPO / "manifests" / name).read_text()) if d]
               for name in ("rayjob.yaml", "rayjob-standalone.yaml")]
-    corpus.append(list(yaml.safe_load_all((Path(__file__).parent / "validator" / "test_core.py").read_text()
+    corpus.append(list(yaml.safe_load_all((Path(__file__).parent / "validator" / "test_corev1.py").read_text()
                                           .split('CORE = """')[1].split('"""')[0])))
     started = time.monotonic()
     for case in range(12):

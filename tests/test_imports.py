@@ -4,6 +4,7 @@ raytrain's modules (imports flow one way, lazy ones included), and commands that
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,39 +73,83 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     assert "raytrain.validator.shape" in graph["raytrain.cluster.localcluster"]
-    assert "raytrain.sizing" in graph["raytrain.validator.raytrain_rules"]  # imported inside a function
+    assert "raytrain.spec.sizing" in graph["raytrain.validator.raytrain_rules"]  # imported inside a function
 
 
-# The layers, bottom first (docs/architecture.md). A module may import its own layer and those below it, never one
-# above: the training runtime (what runs on a worker and in the driver) knows nothing of manifests or of the
-# emulator; the validator reads run configs with the runtime's torch-free modules; the local cluster builds on the
-# validator's reading of a spec; only the command line sees them all.
-LAYERS = ("runtime", "validator", "cluster", "cli")
+# The rooms: each folder of the package (and each module at its top level) is a room whose docstring says what it
+# may import, on a line "May import: a, b" (room names: the folder or module under raytrain/; "nothing"; "every
+# room"). The declarations form a graph without cycles, so imports flow one way, and every import of a module in
+# another room is one its room declares. docs/architecture.md's room table is checked against the same lines.
+DECLARATION = re.compile(r"^May import: (.+)$", re.MULTILINE)
 
 
-def layer(module: str) -> str:
-    if module == "raytrain.cli":
-        return "cli"
-    for house in ("validator", "cluster"):
-        if module == f"raytrain.{house}" or module.startswith(f"raytrain.{house}."):
-            return house
-    return "runtime"
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "raytrain"
 
 
-def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+def room_paths() -> dict[str, Path]:
+    rooms = {"raytrain": PACKAGE / "__init__.py"}
+    for path in sorted(PACKAGE.iterdir()):
+        if path.is_dir() and (path / "__init__.py").exists():
+            rooms[path.name] = path / "__init__.py"
+        elif path.suffix == ".py" and path.name != "__init__.py":
+            rooms[path.stem] = path
+    return rooms
+
+
+def declared() -> dict[str, set[str] | None]:
+    """room -> the rooms it may import (None: every room)."""
+    rooms = room_paths()
+    found: dict[str, set[str] | None] = {}
+    for room, path in rooms.items():
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        match = DECLARATION.search(doc)
+        assert match, f"{path}: its docstring has no 'May import: ...' line"
+        value = match.group(1).strip()
+        if value.startswith("every room"):
+            found[room] = None
+        elif value == "nothing":
+            found[room] = set()
+        else:
+            names = {n.strip() for n in value.split(",")}
+            assert names <= set(rooms), f"{path}: 'May import' names rooms that do not exist: {names - set(rooms)}"
+            found[room] = names
+    return found
+
+
+def undeclared_imports(graph: dict[str, set[str]], allowed: dict[str, set[str] | None]) -> list[tuple[str, str]]:
     return sorted((module, target) for module, targets in graph.items() for target in targets
-                  if LAYERS.index(layer(target)) > LAYERS.index(layer(module)))
+                  if room_of(target) != room_of(module) and allowed[room_of(module)] is not None
+                  and room_of(target) not in allowed[room_of(module)])
 
 
-def test_no_layer_imports_a_layer_above_it():
-    assert upward_imports(import_graph()) == []
+def test_every_room_declares_what_it_may_import_and_the_rooms_form_layers():
+    allowed = declared()
+    room_graph = {room: (set(allowed) - {room} if may is None else may) for room, may in allowed.items()}
+    assert cycles(room_graph) == [], "the rooms' declarations form a cycle"
 
 
-def test_upward_imports_are_found():
-    graph = {"raytrain.drain": {"raytrain.cluster.localcluster"}, "raytrain.validator.shape": {"raytrain.cli"},
-             "raytrain.cluster.emulate": {"raytrain.validator.validate", "raytrain.session"}}
-    assert upward_imports(graph) == [("raytrain.drain", "raytrain.cluster.localcluster"),
-                                     ("raytrain.validator.shape", "raytrain.cli")]
+def test_no_module_imports_a_room_its_room_does_not_declare():
+    assert undeclared_imports(import_graph(), declared()) == []
+
+
+def test_undeclared_imports_are_found():
+    graph = {"raytrain.worker.drain": {"raytrain.cluster.localcluster", "raytrain.platform.processes"},
+             "raytrain.validator.shape": {"raytrain.cli", "raytrain.validator.quantity"}}
+    allowed = {"worker": {"platform"}, "validator": {"spec"}, "cluster": set(), "platform": set(), "cli": None}
+    assert undeclared_imports(graph, allowed) == [("raytrain.validator.shape", "raytrain.cli"),
+                                                  ("raytrain.worker.drain", "raytrain.cluster.localcluster")]
+
+
+def test_at_most_a_handful_of_modules_at_the_top_level():
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "errors.py", "loop.py", "models.py",
+                                                             "nets.py"]
+
+
+def test_no_module_is_over_600_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
 
 
 def test_the_validator_never_imports_torch():
@@ -145,4 +190,4 @@ def modules_loaded_by(*argv: str) -> set[str]:
 def test_commands_that_never_train_never_import_torch(argv):
     loaded = modules_loaded_by(*argv)
     assert "raytrain.cli" in loaded
-    assert "torch" not in loaded and "raytrain.launcher" not in loaded, argv
+    assert "torch" not in loaded and "raytrain.driver.raytrainer" not in loaded, argv

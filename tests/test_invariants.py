@@ -24,18 +24,18 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 ENVIRONMENT_USES = {
     # Handing the environment on to the processes a module starts (Ray nodes, clients) is no read of a setting.
     ("cluster/localcluster.py", "LocalCluster.client_env"): "the host's Ray clients get it minus the cluster's auth",
-    ("cluster/localcluster.py", "delete_node"): "a node's preStop hook runs with the host's, minus auth",
+    ("cluster/pods.py", "delete_node"): "a node's preStop hook runs with the host's, minus auth",
     ("cluster/vmnode.py", "start_vm_node"): "`ray start` of a plain machine gets it, minus auth",
-    ("launcher.py", "connect_ray"): "PYTHONPATH gains the user's code directory: embedded Ray's workers inherit it",
+    ("driver/raytrainer.py", "connect_ray"): "PYTHONPATH gains the user's code directory: embedded Ray's workers inherit it",
     # Ray's and MLflow's own variables, set before they read them (an explicit value of the user's wins).
-    ("tracking.py", "Mlflow._client"): "MLFLOW_HTTP_REQUEST_MAX_RETRIES and _TIMEOUT: one short try per request, "
+    ("driver/tracking.py", "Mlflow._client"): "MLFLOW_HTTP_REQUEST_MAX_RETRIES and _TIMEOUT: one short try per request, "
                                        "as the syncer retries with its own backoff",
-    ("launcher.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (and an elastic run's "
+    ("driver/raytrainer.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (and an elastic run's "
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) for Ray Train's controller",
-    ("tune.py", "_sweep"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for the trials' controllers",
+    ("driver/tune.py", "_sweep"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for the trials' controllers",
     # A Ray worker never runs cli.py: it reads the interval Ray itself runs on (RAY_metrics_report_interval_ms).
     # The core's engineer routes it from the driver (issue #30 item 6); remove this entry with that change.
-    ("telemetry.py", "report_interval_s"): "Ray's metrics report interval, on a Ray worker",
+    ("worker/telemetry.py", "report_interval_s"): "Ray's metrics report interval, on a Ray worker",
     # Where the user cache lives (the XDG convention, as Path.home() reads HOME); cli.py passes nothing else.
     ("validator/crds.py", "cache_dir"): "XDG_CACHE_HOME and HOME: the KubeRay CRDs' user cache",
 }
@@ -75,7 +75,7 @@ def test_no_setting_is_read_from_the_environment_below_the_cli():
     found: dict[tuple[str, str], list[int]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = path.relative_to(PACKAGE).as_posix()
-        if module == "cli.py":
+        if module.startswith("cli/"):
             continue
         for line, scope in environment_uses(path):
             found.setdefault((module, scope), []).append(line)
@@ -112,7 +112,7 @@ def variables_read(source: str) -> set[str]:
 
 
 def test_the_cli_docstring_lists_every_variable_it_reads():
-    source = (PACKAGE / "cli.py").read_text()
+    source = (PACKAGE / "cli" / "__init__.py").read_text()
     documented = ast.get_docstring(ast.parse(source)).split("Environment it reads:", 1)[1]
     read = variables_read(source)
     assert {"RAY_ADDRESS", "RAYTRAIN_KUBERAY_CRDS", "RAYTRAIN_LEASE_TTL_S", "RAY_TMPDIR"} <= read  # the scan works
@@ -171,7 +171,7 @@ def undeclared(modules: dict[str, str], allowed: set[str]) -> list[str]:
 
 
 # Modules whose imports may come from an optional extra (each imported only when the config asks for it).
-EXTRA_MODULES = {"tracking.py": ("mlflow", "wandb")}
+EXTRA_MODULES = {"driver/tracking.py": ("mlflow", "wandb")}
 
 
 def test_every_import_of_the_runtime_is_a_declared_dependency():

@@ -10,10 +10,10 @@ import io
 import pytest
 import torch
 
-from raytrain import runs
-from raytrain.config import ConfigError, load_config
-from raytrain.local import train_local
+from raytrain.driver.localtrainer import train_local
 from raytrain.loop import EpochStats, build_optimizer, build_scheduler, train_epoch
+from raytrain.rundir import runrecords
+from raytrain.spec.config import ConfigError, load_config
 from tests.support.project import user_module
 
 
@@ -42,9 +42,9 @@ def test_the_optimizer_and_scheduler_are_components_checked_against_their_signat
 def steps_per_epoch(cfg) -> int:
     import math
 
-    from raytrain.session import LocalSession
+    from raytrain.worker.localsession import LocalSession
 
-    session = LocalSession(cfg, runs.run_dir_of(cfg.run.storage_path, cfg.run.name), cpus=1)
+    session = LocalSession(cfg, runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name), cpus=1)
     return math.ceil(len(session.datasets()["train"]) / cfg.train.batch_size)
 
 
@@ -57,10 +57,10 @@ def test_the_scheduler_steps_as_declared_and_comes_back_on_resume(tmp_path, inte
     steps = steps_per_epoch(cfg)
     first = train_local(cfg, out=io.StringIO())
     halvings = 2 * steps if interval == "step" else 2
-    assert runs.read_metrics(first.run_dir)[-1]["lr"] == pytest.approx(0.5 ** halvings)
+    assert runrecords.read_metrics(first.run_dir)[-1]["lr"] == pytest.approx(0.5 ** halvings)
     second = train_local(linear(tmp_path, *sets, "train.epochs=4"), out=io.StringIO())
     # the scheduler's state came back with the checkpoint: it goes on halving, it does not start over
-    assert runs.read_metrics(second.run_dir)[-1]["lr"] == pytest.approx(0.5 ** (2 * halvings))
+    assert runrecords.read_metrics(second.run_dir)[-1]["lr"] == pytest.approx(0.5 ** (2 * halvings))
 
 
 def test_gradient_accumulation_trains_what_the_whole_batch_trains():
@@ -93,7 +93,7 @@ def test_per_step_rows_when_asked(tmp_path):
     cfg = linear(tmp_path, "run.log_every_steps=2")
     steps = steps_per_epoch(cfg)
     outcome = train_local(cfg, out=io.StringIO())
-    rows = runs.read_steps(outcome.run_dir)
+    rows = runrecords.read_steps(outcome.run_dir)
     assert [(r["epoch"], r["step"]) for r in rows] == [(e, s) for e in (1, 2) for s in range(2, steps + 1, 2)]
     assert all(isinstance(r["train_loss"], float) and r["attempt"] == 1 for r in rows)
 
@@ -102,7 +102,7 @@ def test_gradient_accumulation_must_split_the_workers_share(tmp_path):
     with pytest.raises(ConfigError, match="4 samples per step do not split into 3 equal micro-batches"):
         linear(tmp_path, "train.grad_accum_steps=3")  # 12 over the preset's 3 workers: 4 each
     outcome = train_local(linear(tmp_path, "train.grad_accum_steps=2"), out=io.StringIO())
-    assert outcome.ok and [r["epoch"] for r in runs.read_metrics(outcome.run_dir)] == [1, 2]
+    assert outcome.ok and [r["epoch"] for r in runrecords.read_metrics(outcome.run_dir)] == [1, 2]
 
 
 OWN_LOOP = """
@@ -143,8 +143,8 @@ def test_a_loop_of_ones_own_needs_no_model_or_data_and_keeps_its_optimizers_sett
     cfg = write(2, 0.001, 0.05)
     assert cfg.model is None and cfg.data is None
     first = train_local(cfg, out=io.StringIO())
-    assert [r["lr"] for r in runs.read_metrics(first.run_dir)] == [0.05, 0.05]
+    assert [r["lr"] for r in runrecords.read_metrics(first.run_dir)] == [0.05, 0.05]
     # train.lr is the built-in loop's setting, not this loop's: a resume does not write it into its optimizer
     second = train_local(write(3, 0.9, 0.05), out=io.StringIO())
-    assert [r["lr"] for r in runs.read_metrics(second.run_dir)] == [0.05, 0.05, 0.05]
-    assert not [e for e in runs.read_events(second.run_dir) if e["event"] == "restored" and e["applied"]]
+    assert [r["lr"] for r in runrecords.read_metrics(second.run_dir)] == [0.05, 0.05, 0.05]
+    assert not [e for e in runrecords.read_events(second.run_dir) if e["event"] == "restored" and e["applied"]]

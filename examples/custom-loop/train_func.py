@@ -32,7 +32,7 @@ def train_func(session: raytrain.Session, hidden: int = 32, num_samples: int = 2
                        model=model, optimizer=optimizer, scheduler=scheduler)
 
 
-# What a resume may change (raytrain.resume): this loop builds its optimizer from train.lr, so a resume with a new
+# What a resume may change (raytrain.checkpoint.resume): this loop builds its optimizer from train.lr, so a resume with a new
 # train.lr sets it into the restored optimizer; its own `hidden` fixes the model's shape for the life of a run.
 train_func.applied_on_resume = ("train.lr",)
 train_func.fixed_on_resume = ("loop.hidden",)

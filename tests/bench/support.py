@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from bench import cluster, probes
-from raytrain import runs
+from raytrain.rundir import runrecords
 
 LINEAR = {"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2}
 
@@ -17,7 +17,7 @@ def probed_run(tmp_path: Path, name: str) -> tuple[Path, probes.FirstStepProbe]:
     """A fresh run's directory with its first `start` event, and rank 0's probed model writing beside it."""
     run_dir = tmp_path / "runs" / name
     run_dir.mkdir(parents=True)
-    runs.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
+    runrecords.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
     return run_dir, probes.FirstStepProbe(inner=LINEAR, path=str(cluster.probe_file(run_dir)), every_step=True)
 
 

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from bench import cluster, probes
-from raytrain import runs
+from raytrain.rundir import runrecords
 from tests.bench.support import LINEAR, probed_run, train_epochs
 
 
@@ -28,7 +28,7 @@ def test_first_step_is_read_from_the_probes_file_and_start_from_the_runs_events(
     run_dir = tmp_path / "runs" / "p3-0"
     run_dir.mkdir(parents=True)
     t0 = time.time()
-    runs.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, world_size=2)
+    runrecords.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, world_size=2)
     probe = probes.FirstStepProbe(inner={"_component_": "torch.nn.Linear", "in_features": 4, "out_features": 2},
                                   path=str(cluster.probe_file(run_dir)))
     assert cluster.first_step_time(run_dir, t0, 0.1, lambda: True) is None  # no step yet
@@ -43,7 +43,7 @@ def test_first_step_is_read_from_the_probes_file_and_start_from_the_runs_events(
 
 
 def test_job_dir_holds_the_config_as_job_yaml_and_the_bench_package_only_when_asked(tmp_path):
-    from raytrain.config import resolve_config_path
+    from raytrain.spec.config import resolve_config_path
 
     preset = resolve_config_path("digits")
     plain = cluster.job_dir(tmp_path, "p3-0", preset)
@@ -64,7 +64,7 @@ def test_job_dir_holds_the_config_as_job_yaml_and_the_bench_package_only_when_as
 def test_a_timed_job_is_a_valid_run_config_whose_model_and_smoke_block_reach_the_probe(tmp_path, monkeypatch, preset):
     """What p3/p4 submit loads as `raytrain run job.yaml --smoke-test` does (from the job's working dir): the probe
     wraps the preset's model, the smoke block still shrinks that model, and an include: still finds its files."""
-    from raytrain.config import load_config, resolve_config_path
+    from raytrain.spec.config import load_config, resolve_config_path
 
     probe_path = str(tmp_path / "p3-0.first-step.jsonl")
     timed = cluster.timed_job_dir(tmp_path, "p3-0", preset, probe_path)
@@ -171,9 +171,9 @@ def test_trained_steps_are_the_groups_known_completed_steps_and_lost_ones_those_
 def test_a_resumed_groups_steps_count_from_its_start_event(tmp_path):
     run_dir = tmp_path / "runs" / "p4-delete-0"
     run_dir.mkdir(parents=True)
-    runs.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
+    runrecords.Records(run_dir).append_event("start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=2)
     time.sleep(0.01)
-    runs.Records(run_dir).append_event("start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=3, world_size=2)
+    runrecords.Records(run_dir).append_event("start", start_epoch=3, resumed_from_epoch=2, resumed_at_step=3, world_size=2)
     model = probes.FirstStepProbe(inner=LINEAR, path=str(cluster.probe_file(run_dir)), every_step=True)
     train_epochs(model, [1, 4])  # the rest of epoch 3 (4 steps), epoch 4
     done, per_epoch = cluster.trained_steps(run_dir, time.time())

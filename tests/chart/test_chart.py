@@ -559,7 +559,7 @@ def test_an_operator_peer_that_would_admit_everyone_is_refused():
 def test_a_stopped_job_s_driver_gets_the_time_to_checkpoint_on_the_head_and_in_the_standalone_job():
     """Ray 2.55's job supervisor SIGKILLs a stopped job's driver RAY_JOB_STOP_WAIT_TIME_S after SIGTERM (default 3);
     raytrain's driver takes up to STOP_GRACE_S to checkpoint and end."""
-    from raytrain.attempt import STOP_GRACE_S
+    from raytrain.driver.attempt import STOP_GRACE_S
 
     objects = render()
     assert int(head_env(objects)["RAY_JOB_STOP_WAIT_TIME_S"]) > STOP_GRACE_S
@@ -841,7 +841,7 @@ URLS = ["s3://team-bucket/runs", "gs://team-bucket", "s3://team-bucket/runs/", "
 
 @pytest.mark.parametrize("url", URLS)
 def test_the_chart_accepts_the_urls_raytrain_run_accepts(url):
-    from raytrain.storage import URL_SCHEMES, url_problem, url_scheme
+    from raytrain.rundir.storage import URL_SCHEMES, url_problem, url_scheme
 
     accepted_by_run = url_scheme(url) in URL_SCHEMES and url_problem(url) is None
     try:

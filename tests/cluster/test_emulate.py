@@ -13,12 +13,13 @@ from tests.support import checks
 from tests.support.cli import exit_status
 
 from raytrain.cluster import localcluster
-from raytrain.cluster.emulate import (
-    SUSPEND_FILE, JobInput, RayJobError, RayJobStatus, container_env, load_rayjob, local_runtime_env,
-    materialise_configmaps, new_job_id, resolve_env, set_suspend, suspend_refusal, write_status, write_suspend,
+from raytrain.cluster.suspend import SUSPEND_FILE, set_suspend, suspend_refusal, write_status, write_suspend
+from raytrain.cluster.rayjobfile import (
+    JobInput, RayJobError, container_env, load_rayjob, local_runtime_env, materialise_configmaps, new_job_id, resolve_env,
 )
+from raytrain.cluster.emulate import RayJobStatus
 from raytrain.cluster.localcluster import cluster_shape
-from raytrain.processes import process_start
+from raytrain.platform.processes import process_start
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import pytest
 from tests.support.raycluster import group
 
 from raytrain.cluster import localcluster
-from raytrain.cluster.emulate import cluster_spec, load_rayjob
 from raytrain.cluster.localcluster import ClusterError, cluster_shape
+from raytrain.cluster.rayjobfile import cluster_spec, load_rayjob
 
 REPO = Path(__file__).resolve().parents[2]
 GiB = 2**30

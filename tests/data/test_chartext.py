@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from raytrain import preflight
-from raytrain.config import ConfigError, load_config
 from raytrain.data import DataContext, DataUnavailable
 from raytrain.data.chartext import CharText, generate
+from raytrain.driver import preflight
+from raytrain.spec.config import ConfigError, load_config
 
 
 def test_the_generated_corpus_is_deterministic_per_seed_and_text():
@@ -100,8 +100,8 @@ def test_the_preset_trains_with_next_token_cross_entropy_and_no_accuracy():
 
 def test_the_generated_corpus_is_learnable_below_a_uniform_guess(tmp_path):
     """A few dozen steps of the smoke model bring the loss well under ln 256 (a uniform guess over bytes)."""
-    from raytrain.build import build_loss, build_model, call_data_component
     from raytrain.data import data_context
+    from raytrain.spec.build import build_loss, build_model, call_data_component
 
     torch.manual_seed(0)
     cfg = load_config("gpt", [f"run.storage_path={tmp_path}"], smoke=True)

@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from raytrain.config import ConfigError, load_config
 from raytrain.data import DataContext, DataUnavailable
 from raytrain.data import cifar10
+from raytrain.spec.config import ConfigError, load_config
 
 
 def params(**kw) -> cifar10.CIFAR10:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from raytrain.config import ConfigError, load_config
 from raytrain.data import DataContext
 from raytrain.data import streaming
+from raytrain.spec.config import ConfigError, load_config
 
 
 def test_data_size_sets_the_number_of_raw_images():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.config import ConfigError, load_config
 from raytrain.data import DataContext, DataUnavailable
 from raytrain.data import text
+from raytrain.spec.config import ConfigError, load_config
 
 
 def test_tokenize_lowercases_and_keeps_contractions():

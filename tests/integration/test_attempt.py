@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from raytrain import lease as leases
 from raytrain.cluster import localcluster
+from raytrain.rundir import lease as leases
 from tests.support import checks
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ def assert_stopped(pids: list[int], within_s: float = 15) -> None:
 
 
 def driver_log(run_dir: Path, pid: int) -> Path:
-    """The attempt's copy of its console lines (raytrain.console.keep_copy), named by host and driver pid."""
+    """The attempt's copy of its console lines (raytrain.rundir.console.keep_copy), named by host and driver pid."""
     (log,) = run_dir.glob(f"driver-logs/*-{pid}.log")
     return log
 

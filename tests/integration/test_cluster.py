@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain import processes
+from raytrain.platform import processes
 
 pytestmark = pytest.mark.integration
 

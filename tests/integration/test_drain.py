@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.cluster import localcluster
+from raytrain.cluster import localcluster, pods
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 class RayTrainWorker:
     def watch(self, marker, stop, timeout):
         import os
-        from raytrain.drain import node_draining
+        from raytrain.worker.drain import node_draining
         open(marker + ".watching", "w").close()  # this actor's process runs (and bears its title) from here on
         began = time.monotonic()
         while time.monotonic() - began < timeout and not os.path.exists(stop):
@@ -140,8 +140,8 @@ def test_a_deleted_worker_pod_drains_its_node_and_its_workers_end_before_the_gra
     # ... and the node ended on the SIGTERM after the hook, well inside the grace period: no SIGKILL.
     assert "worker-0: ended" in done.stdout and "SIGKILL" not in done.stdout
     assert took < GRACE_S
-    assert not localcluster.node_processes(cluster.run_dir / "state.json", "worker-0")
-    assert localcluster.node_processes(cluster.run_dir / "state.json", "worker-1")
+    assert not pods.node_processes(cluster.run_dir / "state.json", "worker-0")
+    assert pods.node_processes(cluster.run_dir / "state.json", "worker-1")
 
 
 def _wait_line(proc: subprocess.Popen, text: str) -> bool:
@@ -160,7 +160,7 @@ def test_delete_node_names_an_unknown_node(cluster):
 # --------------------------------------------------------------------------------------------------- emulate tier
 # A graceful pod deletion during a real run (`raytrain emulate` of rayjob-standalone.yaml, whose Ray containers
 # carry the preStop hook): the completed steps all survive (the session's step decision reads
-# raytrain.drain.node_draining() on every worker).
+# raytrain.worker.drain.node_draining() on every worker).
 
 def _emulated_run(tmp_path: Path):
     from tests.integration.test_emulate import Emulation, run_dir, variant

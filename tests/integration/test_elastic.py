@@ -24,7 +24,7 @@ SAMPLES = 24000  # ~3.5 s an epoch on 3 workers here
 EPOCHS = 20  # long enough to outlast the two resizes (about 80 s, see PENDING_S), with epochs left after them
 # Ray Train restarts the drained group at once, still counting the deleted node (its AutoscalingCoordinator looks
 # at the nodes every 20 s) and gives that start up after RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S (30 s for elastic
-# runs: raytrain.elastic): then it starts on 2. The recreated pod stays Pending longer than that, so the run trains
+# runs: raytrain.worker.elastic): then it starts on 2. The recreated pod stays Pending longer than that, so the run trains
 # on 2 for a while before it grows back.
 PENDING_S = 45
 
@@ -52,7 +52,7 @@ def test_an_elastic_run_shrinks_on_a_deleted_pod_and_grows_back_losing_no_step(t
     assert code == 0, output[-4000:]
     checks.assert_job_succeeded(checks.rayjob_from_emulate_output(output))
     assert "its recreated pod is Pending" in output and "the run goes on on 2 workers (it had 3)" in output
-    assert "this Ray node is being drained" in output  # raytrain.drain.DRAIN_MESSAGE, from the drained workers
+    assert "this Ray node is being drained" in output  # raytrain.worker.drain.DRAIN_MESSAGE, from the drained workers
 
     events = checks.read_jsonl(directory / "events.jsonl")
     starts = [e for e in events if e["event"] == "start"]

@@ -25,10 +25,10 @@ import yaml
 from tests.support import checks
 from tests.support.tools import find_tool
 
-from raytrain.cluster import localcluster
-from raytrain import processes
-from raytrain.validator.crds import CRDS_ENV, resolve_crd_dir
+from raytrain.cluster import localcluster, pods
 from raytrain.cluster.emulate import emulate
+from raytrain.platform import processes
+from raytrain.validator.crds import CRDS_ENV, resolve_crd_dir
 
 pytestmark = pytest.mark.integration
 
@@ -179,7 +179,7 @@ def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
     # Kill mid-interval, after the first checkpoint: epoch 7 of 5-epoch intervals.
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
     epoch_before = max(checks.metrics_epochs(directory))
-    killed = localcluster.kill_node(localcluster.RUN_ROOT / run_id / "state.json", "worker-1")
+    killed = pods.kill_node(localcluster.RUN_ROOT / run_id / "state.json", "worker-1")
     # A checkpoint is complete once a later epoch is recorded (its report returned before that epoch trained);
     # a newer one may still be mid-upload when the node dies.
     newest_before = max((e for e in checks.checkpoint_epochs(directory) if e < epoch_before), default=0)
@@ -227,7 +227,7 @@ def test_killed_driver_is_retried_and_resumes(tmp_path):
     directory = run_dir(run_id, "linear-standalone")
     state = localcluster.RUN_ROOT / run_id / "state.json"
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
-    drivers = localcluster.node_processes(state, "head", "raytrain run job.yaml")
+    drivers = pods.node_processes(state, "head", "raytrain run job.yaml")
     assert drivers, "no driver process on the head node"
     epoch_before = max(checks.metrics_epochs(directory))
     for pid in drivers:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from raytrain import checkpoints, models
+from raytrain import models
+from raytrain.checkpoint import checkpoints
 from tests.support import checks
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from raytrain import checkpoints, runs, storage
+from raytrain.checkpoint import checkpoints
+from raytrain.rundir import runrecords, storage
 from tests.support import checks
 
 pytestmark = pytest.mark.integration
@@ -63,23 +64,23 @@ def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_
     resumed = subprocess.run(raytrain(s3_prefix), capture_output=True, text=True, timeout=400, env=env)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "attempt 2 holds run s3run" in resumed.stdout
-    result = runs.read_result(run_dir)
+    result = runrecords.read_result(run_dir)
     assert result["status"] == "succeeded" and result["attempt"] == 2
     start = checks.starts(run_dir)[-1]
     assert (start["resumed_from_epoch"], start.get("resumed_at_step") or 0) >= (newest_before.epoch,
                                                                                  newest_before.step), start
     checks.assert_run_completed(run_dir, 3)  # each epoch's row once: rows past the restored step were dropped
-    samples = [row["samples"] for row in runs.read_metrics(run_dir)]
+    samples = [row["samples"] for row in runrecords.read_metrics(run_dir)]
     assert samples == [samples[0]] * 3, samples  # no step lost or trained twice across the kill
     # nothing torn or staged is left in the bucket, and what the kill left torn (if anything) was named and removed
     assert checkpoints.staging_dirs(run_dir) == []
     keys = s3_server.keys(bucket)
     assert not any(".staging" in key or ".tmp" in key for key in keys), keys
-    removed = [e for e in runs.read_events(run_dir) if "never committed" in str(e.get("message", ""))]
+    removed = [e for e in runrecords.read_events(run_dir) if "never committed" in str(e.get("message", ""))]
     assert len(removed) == len(torn_before), (removed, torn_before)
     for name in ("config.yaml", "metrics.jsonl", "events.jsonl", "result.json", "results.jsonl", "lease.json"):
         assert f"runs/s3run/{name}" in keys
     assert any(key.startswith("runs/s3run/driver-logs/") for key in keys)  # the resumed driver's log, uploaded
-    history = [(r["status"], r["attempt"]) for r in runs.read_jsonl(run_dir / runs.RESULTS_HISTORY_FILE)]
+    history = [(r["status"], r["attempt"]) for r in runrecords.read_jsonl(run_dir / runrecords.RESULTS_HISTORY_FILE)]
     assert history == [("succeeded", 2)]
     assert json.loads((checkpoints.newest_complete(run_dir) / checkpoints.META_FILE).read_text())["epoch"] == 3

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from raytrain.cluster.dashboard import wait_dashboard
-from raytrain.processes import kill_pids, pids_mentioning, tree_pids
 from raytrain.cluster.raynode import Ports, free_port, ray_start_command
+from raytrain.platform.processes import kill_pids, pids_mentioning, tree_pids
 from raytrain.validator.shape import NodeSpec
 from tests.support.tools import require_tool
 

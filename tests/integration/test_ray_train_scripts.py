@@ -1,4 +1,4 @@
-"""Ray Train scripts run unchanged under `raytrain run` (raytrain.raytrain_script), on the embedded Ray, through
+"""Ray Train scripts run unchanged under `raytrain run` (raytrain.worker.raytrain_function), on the embedded Ray, through
 the real CLI: Ray's own examples as installed (ray/train/examples/pytorch; only their data pointed at local files),
 killed mid-run and resumed; the docs-style example (examples/ray-train-script) stopped gracefully, SIGKILLed and
 resumed through ray.train.get_checkpoint(). Tiny epochs: the machine has 2 shared cores.
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from raytrain import checkpoints, runs
+from raytrain.checkpoint import checkpoints
+from raytrain.rundir import runrecords
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +91,7 @@ def job(tmp_path: Path, text: str) -> Path:
 def test_rays_linear_example_unchanged_reports_rows_and_pruned_checkpoints(tmp_path):
     """torch_linear_example.train_func reports a checkpoint every epoch and never asks for one back: each report is
     a metrics row, its checkpoints are committed and pruned to run.keep_checkpoints. (A rerun of such a function
-    starts over, saying so: tests/test_raytrain_script.py; a kill and resume: the docs-style test below.)"""
+    starts over, saying so: tests/worker/test_raytrain_function.py; a kill and resume: the docs-style test below.)"""
     project = job(tmp_path, f"""
         loop:
           _component_: {EXAMPLES}.torch_linear_example:train_func
@@ -102,7 +103,7 @@ def test_rays_linear_example_unchanged_reports_rows_and_pruned_checkpoints(tmp_p
     run(project)
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "succeeded" and result["attempt"] == 1
-    rows = runs.read_metrics(run_dir)
+    rows = runrecords.read_metrics(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2, 3, 4] and all(isinstance(r["loss"], float) for r in rows)
     found = assert_checkpoints_sound(run_dir, keep=2)
     assert [checkpoints.position_of(p).epoch for p in found] == [4, 3]
@@ -128,7 +129,7 @@ def test_a_docs_style_script_stops_gracefully_is_killed_and_resumes_through_get_
     assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "stopped"
-    last = runs.read_metrics(run_dir)[-1]["epoch"]
+    last = runrecords.read_metrics(run_dir)[-1]["epoch"]
     assert checkpoints.position_of(checkpoints.committed(run_dir)[0]).epoch == last  # stopped at a report
 
     # SIGKILL after a further checkpoint; the rerun's get_checkpoint() returns the newest complete one
@@ -145,7 +146,7 @@ def test_a_docs_style_script_stops_gracefully_is_killed_and_resumes_through_get_
     assert f"resuming after epoch {at} from {newest.name}" in done.stdout, done.stdout[-3000:]
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "succeeded" and result["resumed_from_epoch"] == at
-    rows = runs.read_metrics(run_dir)
+    rows = runrecords.read_metrics(run_dir)
     assert [r["epoch"] for r in rows] == list(range(0, at + 3))  # every epoch once, across three attempts
     assert [r["resumed_from_epoch"] for r in rows[-2:]] == [at, at]
     assert_checkpoints_sound(run_dir, keep=2)
@@ -205,7 +206,7 @@ def test_rays_regression_example_unchanged_with_its_datasets_from_a_local_csv(tm
     pd.DataFrame({**columns, "y": x[:, :3].sum(axis=1)}).to_csv(tmp_path / "regression.csv", index=False)
     run(project)
     run_dir = tmp_path / "runs" / "regression"
-    rows = runs.read_metrics(run_dir)
+    rows = runrecords.read_metrics(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2] and all(isinstance(r["loss"], float) for r in rows)
     found = assert_checkpoints_sound(run_dir, keep=2)
     assert set(json.loads((found[0] / "meta.json").read_text())["files"]) == {"model.pt"}
@@ -223,7 +224,7 @@ def test_rays_fashion_mnist_example_unchanged_with_home_pointed_at_local_data(tm
         run: {{storage_path: {tmp_path / 'runs'}, name: fashion}}
     """)
     run(project, HOME=str(home))
-    rows = runs.read_metrics(tmp_path / "runs" / "fashion")
+    rows = runrecords.read_metrics(tmp_path / "runs" / "fashion")
     assert [r["epoch"] for r in rows] == [1, 2] and {"loss", "accuracy"} <= set(rows[0])
 
 
@@ -245,5 +246,5 @@ def test_the_docs_style_script_runs_as_a_rayjob_through_emulate(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     run_dir = shared / "runs" / "ray-train-script"
     assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
-    assert [r["epoch"] for r in runs.read_metrics(run_dir)] == [0, 1]
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1]
     assert_checkpoints_sound(run_dir, keep=2)

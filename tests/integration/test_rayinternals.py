@@ -13,14 +13,14 @@ import textwrap
 import pytest
 
 from raytrain.cluster.raynode import bare_environ, free_port
-from raytrain.processes import kill_pids, pids_mentioning
+from raytrain.platform.processes import kill_pids, pids_mentioning
 
 pytestmark = pytest.mark.integration
 
 PROBE = textwrap.dedent("""
     import sys, time, ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    from raytrain import rayinternals
+    from raytrain.platform import rayinternals
     from ray._private import worker as w
     ray.init(address=sys.argv[1])
     # The head by Ray's own marker: Ray may register it under the host's address, whatever --node-ip-address said

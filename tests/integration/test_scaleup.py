@@ -24,8 +24,8 @@ import pytest
 
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
 
-from raytrain import processes
 from raytrain.cluster.raynode import free_port
+from raytrain.platform import processes
 
 pytestmark = pytest.mark.integration
 
@@ -79,10 +79,10 @@ def scaled_to_zero():
 def test_a_run_on_a_cluster_scaled_to_zero_asks_the_autoscaler_waits_and_trains(scaled_to_zero, tmp_path):
     import ray
 
-    from raytrain.config import load_config
+    from raytrain.driver.raytrainer import alive_node_resources
+    from raytrain.driver.scaleup import autoscaler_running, size_on_cluster
     from raytrain.errors import LaunchError
-    from raytrain.launcher import alive_node_resources
-    from raytrain.scaleup import autoscaler_running, size_on_cluster
+    from raytrain.spec.config import load_config
 
     address, _ = scaled_to_zero
     ray.init(address=address, logging_level="WARNING", log_to_driver=False)
@@ -123,10 +123,10 @@ def test_a_cluster_without_an_autoscaler_is_not_waited_on():
     from ray._private import ray_constants
     from ray.experimental import internal_kv
 
-    from raytrain.config import load_config
+    from raytrain.driver.raytrainer import alive_node_resources
+    from raytrain.driver.scaleup import autoscaler_running, size_on_cluster
     from raytrain.errors import LaunchError
-    from raytrain.launcher import alive_node_resources
-    from raytrain.scaleup import autoscaler_running, size_on_cluster
+    from raytrain.spec.config import load_config
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     try:

@@ -19,8 +19,8 @@ from tests.integration.test_emulate import _no_leftovers, assert_torn_down  # no
 from tests.support import checks
 from tests.support.cli import exit_status
 
-from raytrain import processes
-from raytrain.cluster import localcluster
+from raytrain.cluster import localcluster, pods
+from raytrain.platform import processes
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def test_a_suspended_rayjob_loses_no_completed_step_and_resumes_on_a_new_cluster
     state = localcluster.RUN_ROOT / run_id / "state.json"
     old_pids = {node["name"]: node["pid"] for node in json.loads(state.read_text())["nodes"]}
     names = list(old_pids)
-    assert not [name for name in names if localcluster.node_processes(state, name)]
+    assert not [name for name in names if pods.node_processes(state, name)]
     for name in names:
         assert f"pod {name}: preStop raytrain drain --wait 50 -> 0" in run.output, run.output[-4000:]
     assert "SIGTERM to the raytrain driver(s)" in run.output and "SIGKILL to" not in run.output, run.output[-4000:]
@@ -56,7 +56,7 @@ def test_a_suspended_rayjob_loses_no_completed_step_and_resumes_on_a_new_cluster
     run.wait_for(lambda: run.output.count("Running entrypoint for job") == 2, 300, "the new submission")
     new_pids = {node["name"]: node["pid"] for node in json.loads(state.read_text())["nodes"]}
     assert new_pids.keys() == old_pids.keys() and not set(new_pids.values()) & set(old_pids.values())
-    assert all(localcluster.node_processes(state, name) for name in names)
+    assert all(pods.node_processes(state, name) for name in names)
     code, output, seconds = run.finish()
     assert code == 0, output[-4000:]
     rayjob = checks.rayjob_from_emulate_output(output)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain import checkpoints
+from raytrain.checkpoint import checkpoints
 from raytrain.cluster import localcluster
 from raytrain.cluster.raynode import free_port
 from tests.support import checks
@@ -252,8 +252,8 @@ def test_an_mlflow_run_created_just_before_a_kill_is_found_again_and_asked_what_
     uid tag instead of making a second one, logs the config once, and learns the newest epoch it holds."""
     from mlflow.tracking import MlflowClient
 
-    from raytrain.config import MlflowTracking
-    from raytrain.tracking import Mlflow
+    from raytrain.driver.tracking import Mlflow
+    from raytrain.spec.sections import MlflowTracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.validator import shape
 from raytrain.cluster import dashboard, raynode
-from raytrain import processes
+from raytrain.platform import processes
+from raytrain.validator import shape
 
 pytestmark = pytest.mark.integration
 

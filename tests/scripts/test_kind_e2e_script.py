@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain.validator.render import render_chart
 from raytrain.validator.crds import CRDS_ENV, CRDError, resolve_crd_dir
+from raytrain.validator.render import render_chart
 from tests.e2e import kind_artifacts, kind_capacity
 from tests.support.cli import Done
 from tests.support.tools import require_tool

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from raytrain.runs import read_jsonl
-from raytrain.storage import as_path  # a directory, or a run on an object store
+from raytrain.rundir.runrecords import read_jsonl
+from raytrain.rundir.storage import as_path  # a directory, or a run on an object store
 
 CHECKPOINT_PREFIX = "checkpoint_"
 

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
-from raytrain import workdir
+from raytrain.spec import workdir
 
 
 def user_module(directory: Path, name: str, source: str) -> Iterator[Path]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain.cluster.emulate import RayJobError, load_rayjob, local_runtime_env, materialise_configmaps
+from raytrain.cluster.rayjobfile import RayJobError, load_rayjob, local_runtime_env, materialise_configmaps
 from raytrain.validator.kustomize import KustomizeError, is_kustomization, kustomize_build
 from raytrain.validator.validate import validate_paths
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raytrain.config import load_config
+from raytrain.spec.config import load_config
 from raytrain.validator.render import render_chart
 from raytrain.validator.validate import validate_paths
 

@@ -1,6 +1,9 @@
 """The one base class of raytrain's expected errors: a message for the user (one paragraph naming what and the fix)
 and the exit status the CLI gives it. The CLI catches this class alone, so it needs none of the modules that
-raise them (the launcher, and with it torch, stays unimported for commands that never train)."""
+raise them (the launcher, and with it torch, stays unimported for commands that never train).
+
+May import: nothing
+"""
 
 from __future__ import annotations
 

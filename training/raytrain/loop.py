@@ -4,7 +4,9 @@ loss, restores, trains an epoch (with gradient accumulation), evaluates, and rep
 environment. torch is imported when it runs.
 
 The loss is summed on the device and read once per epoch (and once per `run.log_every_steps` steps when asked):
-no host sync per step. What a resume may change is declared on train_loop (raytrain.resume).
+no host sync per step. What a resume may change is declared on train_loop (raytrain.checkpoint.resume).
+
+May import: errors, spec, worker
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from raytrain.config import RunConfig
-from raytrain.session import Session
+from raytrain.spec.sections import RunConfig
+from raytrain.worker.session import Session
 
 if TYPE_CHECKING:
     import torch
@@ -67,7 +69,7 @@ def train_loop(session: Session) -> None:
         session.report(epoch, row, model=model, optimizer=optimizer, **stateful)
 
 
-# What the built-in loop needs from the run config, and what a resume may change (raytrain.resume): the model's
+# What the built-in loop needs from the run config, and what a resume may change (raytrain.checkpoint.resume): the model's
 # shape and the optimizer's and scheduler's kind are fixed for the life of a run; the optimizer's settings are
 # set into the restored optimizer when the config changes them.
 train_loop.requires = ("model", "data")
@@ -84,7 +86,7 @@ def build_optimizer(cfg: RunConfig, model: "nn.Module") -> "torch.optim.Optimize
     train.lr, weight_decay and momentum."""
     import torch
 
-    from raytrain import components
+    from raytrain.spec import components
 
     if cfg.optimizer is not None:
         return components.instantiate(cfg.optimizer, model.parameters())
@@ -97,7 +99,7 @@ def build_optimizer(cfg: RunConfig, model: "nn.Module") -> "torch.optim.Optimize
 
 def build_scheduler(cfg: RunConfig, optimizer: "torch.optim.Optimizer") -> Optional[Any]:
     """train.scheduler's component around the optimizer, or None."""
-    from raytrain import components
+    from raytrain.spec import components
 
     return components.instantiate(cfg.scheduler, optimizer) if cfg.scheduler is not None else None
 

@@ -1,38 +1,13 @@
-"""The torch modules behind the built-in model components (raytrain.models holds their checked signatures)."""
+"""The torch modules behind the built-in model components that are more than a stack of layers (raytrain.models
+holds every component's checked signature, and builds the plain stacks itself), and the GPT preset's loss.
+
+May import: nothing
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-
-def mlp(in_features: int, hidden: int, out_features: int, layers: int) -> nn.Module:
-    stack: list[nn.Module] = []
-    width = in_features
-    for _ in range(layers):
-        stack += [nn.Linear(width, hidden), nn.ReLU()]
-        width = hidden
-    stack.append(nn.Linear(width, out_features))
-    return nn.Sequential(*stack)
-
-
-def small_cnn(in_channels: int, num_classes: int, width: int, dropout: float) -> nn.Module:
-    # Global average pooling makes the same network fit 8x8 digits, 28x28 MNIST and 32x32 CIFAR.
-    return nn.Sequential(
-        nn.Conv2d(in_channels, width, 3, padding=1),
-        nn.BatchNorm2d(width),
-        nn.ReLU(),
-        nn.Conv2d(width, 2 * width, 3, padding=1),
-        nn.BatchNorm2d(2 * width),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(2 * width, 2 * width, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Dropout(dropout),
-        nn.Linear(2 * width, num_classes),
-    )
 
 
 class TextRNN(nn.Module):

@@ -104,7 +104,7 @@ utils.CheckName(name), which cuts longer names from the front (common/pod.go Def
 
 {{/*
 Environment of every Ray container for objectStorage.url: only the cloud SDKs' standard variables (botocore for s3fs,
-google-auth for gcsfs; training/raytrain/storage.py has no setting of its own). Credentials come from the Secret by
+google-auth for gcsfs; training/raytrain/rundir/storage.py has no setting of its own). Credentials come from the Secret by
 reference, never as values; with no Secret the SDK falls back to the pod's identity (IRSA, Workload Identity).
 */}}
 {{- define "raytrain.objectStorageEnv" -}}
@@ -262,7 +262,7 @@ spec:
         {{- include "raytrain.resources" (dict "resources" $v.resources "gpus" .gpus) | nindent 8 }}
       {{- with $root.Values.preStopDrain }}{{ if .enabled }}
       # kubelet runs this before its SIGTERM to `ray start --block` (which Ray Train's workers never see): the
-      # training on this pod checkpoints and moves or stops within the grace period (training/raytrain/drain.py).
+      # training on this pod checkpoints and moves or stops within the grace period (training/raytrain/worker/drain.py).
       lifecycle:
         preStop:
           exec:
@@ -279,7 +279,7 @@ spec:
           mountPath: {{ $root.Values.sharedStorage.mountPath }}
         {{- end }}
         {{- if $os.url }}
-        # The pod's own disk for a run in a bucket (training/raytrain/storage.py local_root: TMPDIR/raytrain-local):
+        # The pod's own disk for a run in a bucket (training/raytrain/rundir/storage.py local_root: TMPDIR/raytrain-local):
         # datasets prepared per node, checkpoints staged before their upload, Ray's session files (/tmp/ray).
         - name: tmp
           mountPath: /tmp

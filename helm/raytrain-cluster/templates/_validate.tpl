@@ -266,7 +266,7 @@ batchScheduler.priorityClassName is read by Volcano only (KubeRay's ray.io/prior
 {{- end }}
 
 {{/*
-objectStorage.url in the shape training/raytrain/storage.py url_problem accepts (tests/chart/test_chart.py holds the two
+objectStorage.url in the shape training/raytrain/rundir/storage.py url_problem accepts (tests/chart/test_chart.py holds the two
 to the same table): s3:// or gs://, an S3-style bucket name, a prefix without empty, '.' or '..' parts.
 */}}
 {{- define "raytrain.validateValues.objectStorageUrl" -}}

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import IO
 
 from raytrain.cluster.dashboard import wait_dashboard
-from raytrain.processes import kill_pids, pids_mentioning, process_start, tree_pids
 from raytrain.cluster.raynode import ClusterError, Ports, bare_environ, ray_start_command
-from raytrain.validator.shape import NodeSpec
 from raytrain.cluster.submitter import submitter_script
+from raytrain.platform.processes import kill_pids, pids_mentioning, process_start, tree_pids
+from raytrain.validator.shape import NodeSpec
 
 NODE_FILE = "node.json"
 

@@ -15,6 +15,8 @@ prepare_data_loader. `data.loader: ray`: Ray Datasets with columns x and y, buil
 Ray Train. A parameter annotated `DataContext` receives where datasets live, the seed and the loader.
 
 Nothing here imports torch at import time (raytrain validate reads these signatures without it).
+
+May import: errors, rundir
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def dataset_root(storage_path: str) -> Path:
     """Where datasets are prepared: STORAGE/datasets on a shared volume (prepared once, read by every node), or with
     object storage a local directory per node (TMPDIR/raytrain-local/datasets: each node prepares its own copy, as Ray
     Train's examples download into each worker's local disk)."""
-    from raytrain import storage
+    from raytrain.rundir import storage
 
     if storage.is_remote(storage_path):
         return storage.local_root() / "datasets"

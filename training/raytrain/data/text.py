@@ -21,8 +21,8 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
-from raytrain import files
 from raytrain.data import DataContext, DataSource, DataUnavailable, splits, tensor_dataset
+from raytrain.rundir import atomicfile
 
 PAD, UNK = 0, 1  # reserved ids; the model's embedding uses PAD as padding_idx
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -138,7 +138,7 @@ def write_synthetic(p: Text, ctx, directory: Path) -> None:
             with open(tmp, "w", newline="", encoding="utf-8") as handle:
                 csv.writer(handle).writerows(synthetic_rows(n, p.num_classes, seed))
 
-        files.write_atomic(target, write)
+        atomicfile.write_atomic(target, write)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def prepare(p: Text, ctx) -> None:
                 write_synthetic(p, ctx, directory)
             if not vocab_path(p, ctx).is_file():
                 docs, _ = read_csv(directory / p.train_file, p.num_classes)
-                files.write_atomic(vocab_path(p, ctx), json.dumps(build_vocab(docs, p.vocab_size)))
+                atomicfile.write_atomic(vocab_path(p, ctx), json.dumps(build_vocab(docs, p.vocab_size)))
     except OSError as err:
         raise DataUnavailable(f"cannot write to {directory} ({err.strerror}). Fix: make the data directory "
                               f"writable: the vocabulary is stored beside the data.") from None

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from raytrain.errors import UsageError
-from raytrain.files import write_atomic
+from raytrain.rundir.atomicfile import write_atomic
 
 KUBERAY_VERSION = "v1.7.0"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from raytrain.errors import shown
+from raytrain.validator.apimachinery import is_dns1123_subdomain
 from raytrain.validator.problems import Doc, Problem
 from raytrain.validator.quantity import QuantityError, parse_quantity
 from raytrain.validator.shape import get as dig
@@ -45,8 +46,6 @@ ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 MAX_POD_SETS = 18
 # pkg/controller/jobs/raycluster: headGroupPodSetName, the pod set of the head
 HEAD_POD_SET = "head"
-# apimachinery's IsDNS1123Subdomain (ValidateLabelAsCRDName)
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 KUEUE_GROUP = "kueue.x-k8s.io"
 
 
@@ -137,7 +136,7 @@ def _check_queue_name(doc: Doc) -> list[Problem]:
     # jobframework/validation.go ValidateJobOnCreate -> ValidateQueueName (lines 174-178) -> ValidateLabelAsCRDName
     # (lines 146-154): the label names a LocalQueue, so it must be a DNS-1123 subdomain
     name = queue_name(doc)
-    if DNS1123_SUBDOMAIN.match(name) and len(name) <= 253:
+    if is_dns1123_subdomain(name):
         return []
     return [doc.problem(f"metadata.labels.{QUEUE_LABEL}", f"{shown(name)} is not a LocalQueue name (a DNS-1123 "
                         "subdomain: lower-case letters, digits, '-' and '.'); Kueue refuses the object.",
@@ -335,7 +334,7 @@ def _fail(source: str, where: str, message: str) -> QueuesFileError:
 def load_queues(path: Path) -> Queues:
     """ClusterQueues and LocalQueues from one YAML file (other kinds, e.g. ResourceFlavor, are skipped);
     QueuesFileError naming the file, the document and the field when it is not one."""
-    from raytrain import yamlfile
+    from raytrain.spec import yamlfile
 
     source = str(path)
     try:

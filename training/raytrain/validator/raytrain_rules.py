@@ -15,12 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raytrain import yamlfile
+from raytrain.spec import yamlfile
 from raytrain.validator.problems import Doc, Problem, split_fix
 from raytrain.validator.quantity import QuantityError
 from raytrain.validator.shape import ShapeError, get, groups, node_resources, shared_mounts
-from raytrain.run_options import (add_address_option, add_config_options, add_lease_option, config_overrides,
-                                  override_origin)
+from raytrain.spec.run_options import (add_address_option, add_config_options, add_lease_option, config_overrides, override_origin)
 
 DASHBOARD_PORT = 8265
 
@@ -194,11 +193,11 @@ def resolve_run_config(job: Doc, run: RaytrainRun, docs: list[Doc]) -> tuple[Run
 
 
 def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None = None) -> tuple[Any, list[Problem]]:
-    """raytrain.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's overrides, built as
+    """raytrain.spec.config.load_config on the ConfigMap's text (or the preset) with the entrypoint's overrides, built as
     `raytrain run` builds them (--set, --name, --storage), without the user's code: components named by the user's
     import paths give a note, not an error. A key the entrypoint overrides is blamed on the entrypoint, any other on
     the run config."""
-    from raytrain.config import ConfigError, load_config
+    from raytrain.spec.config import ConfigError, load_config
 
     try:
         overrides = config_overrides(run.overrides, run.name, run.storage)
@@ -233,7 +232,7 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
 
 
 def _unchecked_note(source: RunConfigSource, unchecked: list[str]) -> Problem:
-    # `raytrain local` refuses a Ray Train function (raytrain.raytrain_script): not offered for one
+    # `raytrain local` refuses a Ray Train function (raytrain.worker.raytrain_function): not offered for one
     local = "" if any("a Ray Train function" in entry for entry in unchecked) else " (or `raytrain local`)"
     return source.doc.problem(source.field, f"names your own code ({'; '.join(unchecked)}): its keyword arguments "
                               "are yours, so they are checked when `raytrain run` starts on the cluster, where the "
@@ -359,7 +358,7 @@ OBJECT_STORAGE_ANNOTATION = "raytrain.io/object-storage"
 
 
 def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    from raytrain.storage import url_problem, url_scheme
+    from raytrain.rundir.storage import url_problem, url_scheme
 
     where = f"RayCluster {cluster.name}"
     bucket_url = str(get(cluster.obj, "metadata", "annotations", OBJECT_STORAGE_ANNOTATION, default="") or "")
@@ -426,7 +425,7 @@ def _check_local_disk(job: Doc, cluster: Doc, cluster_spec: dict) -> list[Proble
 
 def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
     from raytrain.errors import LaunchError
-    from raytrain.sizing import size_workers, workers_that_fit  # the same sizing `raytrain run` does on the cluster
+    from raytrain.spec.sizing import size_workers, workers_that_fit  # the same sizing `raytrain run` does on the cluster
 
     embedded = isinstance(get(job.obj, "spec", "rayClusterSpec"), dict)
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import helm_python as helm
 import yaml
 
-from raytrain import yamlfile
+from raytrain.spec import yamlfile
 
 
 def default_chart_dir() -> Path:

@@ -25,14 +25,14 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from raytrain import yamlfile
 from raytrain.errors import shown
+from raytrain.spec import yamlfile
 from raytrain.validator import kueue, raytrain_rules
+from raytrain.validator.apimachinery import check_object_meta
+from raytrain.validator.corev1 import check_core_object, check_pod_template
 from raytrain.validator.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
 from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
 from raytrain.validator.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
-from raytrain.validator.apimachinery import check_object_meta
-from raytrain.validator.core import check_core_object, check_pod_template
 from raytrain.validator.problems import Doc, Problem, field_path, split_fix
 from raytrain.validator.render import ChartError, default_chart_dir, render_chart_templates
 from raytrain.validator.shape import groups

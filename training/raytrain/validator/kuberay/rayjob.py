@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from raytrain import yamlfile
+from raytrain.spec import yamlfile
 from raytrain.validator.kuberay.gates import FeatureGates, gate_off
 from raytrain.validator.shape import autoscaling_enabled
 from raytrain.validator.shape import get as dig

@@ -1,0 +1,155 @@
+"""Before Ray starts: the model component is built once on torch's meta device, so a constructor that refuses its
+arguments is one paragraph naming the model section, not a failure in every worker after Ray's restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from raytrain.driver import preflight
+from raytrain.spec.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize("model, fragments", [
+    ("{_component_: vit, image_size: 32, patch_size: 5}", ["raytrain.models.vit(", "patch_size=5",
+                                                          "patch_size 5 does not divide image_size 32"]),
+    ("{_component_: vit, hidden_dim: 30, num_heads: 4}", ["num_heads 4 does not divide hidden_dim 30"]),
+])
+def test_a_model_that_cannot_be_built_is_named_before_ray(tmp_path, model, fragments):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: {model}\ndata: {{_component_: raytrain.data.cifar10.CIFAR10, synthetic: true}}\n")
+    cfg = load_config(str(path))
+    with pytest.raises(ConfigError) as caught:
+        preflight.check_model_builds(cfg)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: model: ") and "Fix: correct the model section" in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_a_model_that_builds_passes_without_allocating(tmp_path):
+    import resource
+
+    path = tmp_path / "job.yaml"
+    path.write_text("model: {_component_: vit, num_layers: 48, hidden_dim: 1024, mlp_dim: 4096, num_heads: 16}\n"
+                    "data: {_component_: raytrain.data.cifar10.CIFAR10, synthetic: true}\n")
+    cfg = load_config(str(path))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    preflight.check_model_builds(cfg)  # ~600 M parameters, 2.4 GB as float32: the meta device holds none of it
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500 * 1024  # KiB
+
+
+@pytest.mark.parametrize("preset, overrides, fragments", [
+    ("linear", ["model.in_features=3"], ["model raytrain.models.mlp(in_features=3", "inputs shaped (2, 1)",
+                                         "Fix: make the model section fit the data"]),
+    ("digits", ["model.in_channels=3"], ["raytrain.models.small_cnn(in_channels=3", "inputs shaped (2, 1, 8, 8)"]),
+    ("linear", ["model.hidden=8", "model.layers=0", "model.in_features=2"], ["mlp(in_features=2"]),
+])
+def test_a_model_that_does_not_fit_the_data_is_named_before_ray(tmp_path, preset, overrides, fragments):
+    cfg = load_config(preset, overrides + [f"run.storage_path={tmp_path}"])
+    with pytest.raises(ConfigError) as caught:
+        preflight.check_model_fits_data(cfg)
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("preset", ["linear", "digits", "text-rnn", "streaming", "cifar10-vit", "gpt"])
+def test_the_presets_fit_their_data(tmp_path, preset):
+    cfg = load_config(preset, [f"run.storage_path={tmp_path}"], smoke=True)
+    preflight.prepare_data(cfg)
+    preflight.check_model_fits_data(cfg)
+
+
+def test_a_loss_that_does_not_fit_the_output_is_named(tmp_path):
+    cfg = load_config("digits", ["model.num_classes=10", "train.loss=mse", f"run.storage_path={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"train.loss torch.nn.functional.mse_loss cannot compare the model's "
+                                          r"output \(2, 10\) against targets \(2,\)"):
+        preflight.check_model_fits_data(cfg)
+
+
+def test_only_the_meta_devices_own_limits_are_passed_over(tmp_path, monkeypatch):
+    """torch's "cannot be called on meta tensors" is a limit of the check; a user's error that merely says "meta"
+    (metadata, ...) is the user's, and is named."""
+    assert preflight._meta_limit(RuntimeError("Tensor.item() cannot be called on meta tensors"))
+    assert preflight._meta_limit(NotImplementedError("Could not run 'aten::foo' with arguments from the 'Meta' backend"))
+    assert not preflight._meta_limit(ValueError("metadata.json is missing"))
+    assert not preflight._meta_limit(RuntimeError("bad metaparameter"))
+    (tmp_path / "my_nets.py").write_text(
+        "import torch\n"
+        "def meta_reader(width: int = 2):\n    raise RuntimeError('metadata file not found')\n"
+        "def item_reader(width: int = 2):\n    torch.zeros(2).sum().item()\n    return torch.nn.Linear(1, width)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = tmp_path / "job.yaml"
+    job.write_text("model: {_component_: my_nets.meta_reader}\ndata: {_component_: linear}\n")
+    with pytest.raises(ConfigError, match="cannot be built: RuntimeError: metadata file not found .at .*my_nets.py:3"):
+        preflight.check_model_builds(load_config(str(job)))
+    job.write_text("model: {_component_: my_nets.item_reader}\ndata: {_component_: linear}\n")
+    preflight.check_model_builds(load_config(str(job)))  # .item() on the meta device: checked on the workers instead
+
+
+def test_local_refuses_use_gpu_without_cuda():
+    torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup installs it)")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the refusal is for machines without one")
+    with pytest.raises(ConfigError, match="scaling.use_gpu is true, but torch finds no CUDA device"):
+        preflight.check_local_gpu(load_config("linear", ["scaling.use_gpu=true"]))
+
+
+@pytest.mark.parametrize("model, overrides, fragments", [
+    ("{_component_: torch.nn.Linear, in_features: 1, out_features: 1}", [],
+     ["scaling.strategy: fsdp shards a model by its submodules", "Linear has no submodule", "scaling.strategy: ddp"]),
+    ("{_component_: mlp}", ["scaling.fsdp_wrap=[Linaer]"],
+     ["scaling.fsdp_wrap: Linaer is not a module class of the model", "did you mean 'Linear'"]),
+])
+def test_a_model_fsdp_cannot_shard_is_named_before_ray(tmp_path, model, overrides, fragments):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: {model}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
+                    f"scaling: {{strategy: fsdp}}\n")
+    with pytest.raises(ConfigError) as caught:
+        preflight.check_model_builds(load_config(str(path), overrides))
+    message = str(caught.value)
+    assert message.startswith(str(path)) and "Fix:" in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+@pytest.mark.parametrize("wrap, units", [([], ["Linear", "Linear"]), (["torch.nn.modules.linear.Linear"], ["Linear"] * 2)])
+def test_fsdp_units_are_the_models_blocks_or_the_named_classes(tmp_path, wrap, units):
+    import torch
+
+    from raytrain.parallel import sharding
+
+    path = tmp_path / "job.yaml"
+    path.write_text("model: {_component_: mlp, layers: 1}\ndata: {_component_: raytrain.data.linear.Linear}\n"
+                    f"scaling: {{strategy: fsdp, fsdp_wrap: {wrap}}}\n")
+    cfg = load_config(str(path))
+    preflight.check_model_builds(cfg)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    assert [type(m).__name__ for m in sharding.units(model, sharding.unit_classes(model, wrap))] == units
+    blocks = torch.nn.Module()
+    blocks.layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(2, 2)) for _ in range(3)])
+    blocks.head = torch.nn.Linear(2, 1)
+    # the blocks of a ModuleList are the units (the head stays with the root), and a unit inside a unit is not one
+    assert len(sharding.units(blocks, sharding.unit_classes(blocks, []))) == 3
+
+
+def test_a_resume_with_the_other_checkpointer_is_refused_naming_the_setting(tmp_path):
+    import torch
+
+    from raytrain.checkpoint.checkpoints import Position
+    from raytrain.checkpoint.resume import ResumeRefused
+    from raytrain.checkpoint.sharded import ShardedCheckpointer
+    from raytrain.rundir import runrecords
+
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: {{_component_: mlp}}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
+                    f"run: {{storage_path: {tmp_path / 'runs'}, name: r}}\n")
+    cfg = load_config(str(path))
+    run_dir = tmp_path / "runs" / "r"
+    model = torch.nn.Linear(1, 1)
+    saver = ShardedCheckpointer(run_dir, asynchronous=False)
+    saver.save(Position(1), model, None, lambda: {"epoch": 1, "step": 0, "config": cfg.to_dict(), "extra": {}},
+               config=cfg.to_dict())
+    with pytest.raises(ResumeRefused) as caught:
+        preflight.check_resume(cfg, runrecords.Records(run_dir))
+    assert "a sharded checkpoint, but this config writes file ones" in str(caught.value)
+    assert "--set run.checkpointer=sharded" in str(caught.value)

@@ -1,0 +1,59 @@
+"""Every Ray internal raytrain touches (raytrain.platform.rayinternals), checked against the pinned Ray: a Ray upgrade that
+moves one fails here, naming it. The GCS drain probe against a real two-node cluster is in the integration tier
+(tests/integration/test_rayinternals.py)."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from raytrain.platform import rayinternals
+
+
+def test_ray_trains_report_logger_is_named_after_its_module_file():
+    from ray.train.v2._internal.execution import context
+
+    rayinternals.quiet_report_logs()
+    assert logging.getLogger(context.__file__).level == logging.WARNING
+
+
+def test_the_thread_warning_that_is_silenced_is_still_what_ray_says():
+    import ray._private.worker as worker
+
+    assert "SIGTERM handler is not set" in inspect.getsource(worker)
+
+
+def test_the_gcs_calls_exist_with_the_arguments_used():
+    from ray._raylet import GcsClient, InnerGcsClient
+    from ray.core.generated import autoscaler_pb2, gcs_pb2, gcs_service_pb2
+
+    assert "node_selectors" in InnerGcsClient.get_all_node_info.__doc__
+    assert hasattr(GcsClient, "__init__") and hasattr(InnerGcsClient, "drain_node")
+    assert "node_id" in {f.name for f in gcs_service_pb2.GetAllNodeInfoRequest.NodeSelector.DESCRIPTOR.fields}
+    assert "state_snapshot" in {f.name for f in gcs_pb2.GcsNodeInfo.DESCRIPTOR.fields}
+    assert gcs_pb2.NodeSnapshot.State.Value("DRAINING")
+    assert autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")
+
+
+def test_this_node_is_none_outside_a_ray_worker():
+    assert rayinternals.this_node() is None
+
+
+def test_ray_trains_worker_actor_is_one_of_the_titles_looked_for():
+    from ray.train.v2._internal.execution.worker_group import worker
+
+    assert any(title == f"ray::{name}" for title in rayinternals.TRAIN_WORKER_TITLES
+               for name, _ in inspect.getmembers(worker, inspect.isclass))
+
+
+def test_the_raylet_flags_read_from_proc_are_the_ones_ray_start_passes():
+    from ray._private import services
+
+    source = inspect.getsource(services.start_raylet)
+    for flag in ("--node_id", "--node_ip_address", "--gcs-address", "--session_dir", "--temp_dir",
+                 "--static_resource_list"):
+        assert f'"{flag}=' in source or f"'{flag}=" in source or f"{flag}=" in source, flag
+    cmd = ["/x/raylet", "--node_id=ab", "--node_ip_address=10.0.0.2", "--gcs-address=10.0.0.1:6379",
+           "--session_dir=/tmp/ray/s", "--temp_dir=/tmp/ray", "--static_resource_list=node:__internal_head__,1"]
+    [raylet] = rayinternals.local_raylets({42: (1, 0.0, cmd)})
+    assert (raylet.pid, raylet.node_id, raylet.gcs_address, raylet.is_head) == (42, "ab", "10.0.0.1:6379", True)

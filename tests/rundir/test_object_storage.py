@@ -1,0 +1,279 @@
+"""Runs on object storage (raytrain.rundir.storage), against a real S3-compatible server started by the tests (moto's
+standalone server over HTTP, tests.support.objectstore): the same guarantees as on a directory. One claim per
+token under racing starts (If-None-Match), a live holder refused and a dead one taken over, a stale holder fenced
+out, appends that lose nothing to a concurrent writer (If-Match), a checkpoint committed by its manifest uploaded
+last, and one killed mid-upload ignored, then removed by the next holder. Bad URLs get one paragraph each."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from raytrain.checkpoint import checkpoints
+from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
+from raytrain.rundir import lease as leases
+from raytrain.rundir import runrecords, storage
+from raytrain.rundir.lease import Lease, LeaseHeld, LeaseLost
+from raytrain.rundir.runcontrol import AttemptEnded, Ending, RunControl, WorkerControl
+from raytrain.rundir.storage import StorageError
+
+
+def run_dir(prefix: str, name: str = "run"):
+    return storage.as_path(prefix) / name
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("s3:/bucket/runs", "is not how a URL begins"),
+    ("S3://bucket/runs", "is not how a URL begins"),
+    ("s3:///bucket", "is not how a URL begins"),
+    ("hdfs://name/runs", "hdfs:// is not a storage raytrain can use"),
+    ("file:///tmp/runs", "is not how a URL begins"),
+    ("s3://My_Bucket/runs", "is not a bucket name"),
+    ("s3://ab/runs", "is not a bucket name"),
+    ("s3://bucket/../runs", "'..' part"),
+    ("s3://bucket//runs", "empty"),
+    ("s3://bucket/ru\x00ns", "not printable"),
+    ("s3://bucket/r\udcffuns", "not UTF-8"),
+])
+def test_a_mistyped_url_is_refused_naming_it_and_the_fix(url, problem):
+    found = storage.url_problem(url)
+    assert found is not None and problem in found[0], found
+    with pytest.raises(StorageError) as refused:
+        storage.check_storage(url, "r")
+    assert url in str(refused.value) or repr(url) in str(refused.value)
+    assert "Fix:" in str(refused.value)
+
+
+@pytest.mark.parametrize("path", ["./runs", "/mnt/shared/runs", "runs:1", "s3bucket/runs", "s3://bucket", "s3://b.c-d/x/"])
+def test_paths_and_good_urls_pass_the_shape_check(path):
+    assert storage.url_problem(path) is None
+
+
+def test_the_config_refuses_a_bad_url_at_load_with_the_field():
+    from raytrain.errors import ConfigError
+    from raytrain.spec.config import load_config
+    from raytrain.spec.run_options import config_overrides
+
+    with pytest.raises(ConfigError, match=r"run.storage_path.*not how a URL begins.*s3://BUCKET/PREFIX"):
+        load_config("linear", config_overrides(None, None, "s3:/bucket/runs"))
+
+
+def test_a_missing_bucket_and_an_unreachable_endpoint_are_one_paragraph_each(s3_server, monkeypatch):
+    with pytest.raises(StorageError, match=r"its bucket does not exist.*Fix: create the bucket"):
+        storage.check_storage("s3://no-such-bucket-here/runs", "r")
+    # a new filesystem object for a closed port (fsspec caches one per set of arguments)
+    import s3fs
+
+    closed = s3fs.S3FileSystem(endpoint_url="http://127.0.0.1:9", skip_instance_cache=True, retries=1,
+                               config_kwargs={"connect_timeout": 1, "retries": {"max_attempts": 1}})
+    monkeypatch.setattr(storage, "_fs", lambda path: closed)
+    with pytest.raises(StorageError, match=r"cannot be reached.*AWS_ENDPOINT_URL"):
+        storage.check_storage("s3://some-bucket/runs", "r")
+
+
+def test_check_storage_probes_for_real_and_leaves_nothing(s3_server, s3_prefix):
+    storage.check_storage(s3_prefix, "run")
+    bucket = s3_prefix.split("/")[2]
+    assert s3_server.keys(bucket) == []
+
+
+def test_claims_are_exclusive_under_racing_starts(s3_prefix):
+    """Eight threads create the same claim at once: S3's If-None-Match lets exactly one win."""
+    path = run_dir(s3_prefix) / leases.CLAIMS_DIR / "1.json"
+    barrier, wins = threading.Barrier(8), []
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        if leases._create_exclusive(path, {"token": 1, "who": i}):
+            wins.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert json.loads(path.read_text())["who"] == wins[0]
+
+
+def test_two_concurrent_starts_one_refused_then_a_dead_holder_taken_over(s3_prefix):
+    where = run_dir(s3_prefix)
+    # renews every 1.2 s: on a loaded machine one request to the server can take a second
+    first = Lease(where, ttl_s=6).acquire()
+    try:
+        with pytest.raises(LeaseHeld, match="attempt 1 on host .* so it is running"):
+            Lease(where, ttl_s=6).acquire(poll_s=0.1)
+    finally:
+        first._stop.set()  # dies without releasing
+    told: list[str] = []
+    taker = Lease(where, ttl_s=6).acquire(poll_s=0.1, notify=told.append)
+    assert taker.token == 2 and "if not, it has died" in told[0]
+    with pytest.raises(LeaseLost):
+        first.check()
+    taker.release()
+    assert Lease(where, ttl_s=6).acquire().token == 3  # released: taken at once
+
+
+def test_a_stale_holder_is_fenced_out_of_every_commit(s3_prefix):
+    """A paused attempt whose lease was taken over writes nothing: metrics, results, config, checkpoints."""
+    where = run_dir(s3_prefix)
+    stale = RunControl.acquire(where, ttl_s=5)
+    stale.lease._stop.set()  # paused: no renewals
+    newer = RunControl.acquire(where, ttl_s=5, wait=True)
+    before = sorted(p.name for p in where.iterdir())
+    records = runrecords.Records(where, WorkerControl(where, stale.token))
+    for commit in (lambda: records.append_metrics({"epoch": 1}), lambda: records.write_result({"status": "x"}),
+                   lambda: records.write_config("x: 1\n"),
+                   lambda: FileCheckpointer(where, WorkerControl(where, stale.token)).save(
+                       Position(1), lambda: {"epoch": 1, "step": 0}, writer=True)):
+        with pytest.raises(AttemptEnded) as ended:
+            commit()
+        assert ended.value.ending is Ending.LEASE_LOST
+    assert sorted(p.name for p in where.iterdir()) == before
+    newer.release()
+
+
+def test_appends_from_two_writers_lose_nothing(s3_prefix):
+    """The driver and rank 0 both append to events.jsonl: a conditional rewrite (If-Match) per append."""
+    where = run_dir(s3_prefix)
+    records = runrecords.Records(where)
+
+    def write(who: str) -> None:
+        for i in range(15):
+            records.append_event("e", who=who, i=i)
+
+    threads = [threading.Thread(target=write, args=(who,)) for who in ("driver", "rank0")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rows = runrecords.read_events(where)
+    assert sorted((r["who"], r["i"]) for r in rows) == sorted((w, i) for w in ("driver", "rank0") for i in range(15))
+
+
+def test_records_and_truncation_on_resume(s3_prefix):
+    where = run_dir(s3_prefix)
+    records = runrecords.Records(where)
+    for epoch in (1, 2, 3):
+        records.append_metrics({"epoch": epoch, "loss": 1.0 / epoch})
+    records.truncate_metrics(2)
+    assert [r["epoch"] for r in runrecords.read_metrics(where)] == [1, 2]
+    records.write_result({"status": "succeeded"})
+    assert runrecords.read_result(where)["status"] == "succeeded"
+
+
+def test_a_checkpoint_commits_by_its_manifest_loads_and_prunes(s3_server, s3_prefix):
+    where = run_dir(s3_prefix)
+    saver = FileCheckpointer(where, keep=2)
+    for epoch in (1, 2, 3):
+        saver.save(Position(epoch), lambda e=epoch: {"epoch": e, "step": 0, "w": list(range(e))}, writer=True)
+    names = [p.name for p in checkpoints.committed(where)]
+    assert len(names) == 2 and names[0].startswith("checkpoint_epoch000003")
+    loaded = saver.load_newest(pytest.fail)
+    assert loaded is not None and loaded.state["w"] == [0, 1, 2]
+    bucket = s3_prefix.split("/")[2]
+    assert not any(".staging" in key for key in s3_server.keys(bucket))  # staged locally, never uploaded as such
+    checkpoints.verify_hash(checkpoints.newest_complete(where))
+
+
+UPLOAD_AND_DIE = """
+import sys
+from raytrain.rundir import storage
+from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
+saver = FileCheckpointer(storage.as_path(sys.argv[1]), keep=5)
+blob = bytes(192 << 20)  # a state whose upload (multipart, 4 parts) outlasts a poll on a loaded machine
+saver.save(Position(int(sys.argv[2])), lambda: {"epoch": int(sys.argv[2]), "step": 0, "blob": blob}, writer=True)
+"""
+
+
+def test_a_writer_killed_mid_upload_leaves_a_torn_checkpoint_that_is_ignored_then_removed(s3_server, s3_prefix):
+    where = run_dir(s3_prefix)
+    FileCheckpointer(where).save(Position(1), lambda: {"epoch": 1, "step": 0}, writer=True)
+    bucket, key = s3_prefix.split("/")[2], f"{s3_prefix.split('/', 3)[3]}/run/"
+    writer = subprocess.Popen([sys.executable, "-c", UPLOAD_AND_DIE, str(where), "2"])
+    deadline = time.monotonic() + 120
+    try:
+        # SIGKILL once the epoch-2 checkpoint's upload has begun (its multipart upload, or its first object)
+        while not (s3_server.client().list_multipart_uploads(Bucket=bucket).get("Uploads")
+                   or any("epoch000002" in k for k in s3_server.keys(bucket, key))):
+            assert writer.poll() is None, "the writer ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        writer.kill()
+    finally:
+        writer.kill()
+        writer.wait()
+    # the torn upload is not a checkpoint: resume takes epoch 1
+    assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(where)] == [1]
+    assert checkpoints.newest_complete(where).name.startswith("checkpoint_epoch000001")
+    # a torn prefix (an object written without its manifest) is what the next holder removes
+    torn = where / "checkpoint_epoch000002_deadbeef"
+    storage.put_bytes(torn / "state.pt", b"partial")
+    assert torn.name in [p.name for p in checkpoints.staging_dirs(where)]
+    control = RunControl.acquire(where, ttl_s=5)
+    try:
+        removed = FileCheckpointer(where, control).remove_staging(lambda message: None)
+    finally:
+        control.release()
+    assert torn.name in removed
+    assert checkpoints.staging_dirs(where) == []
+    assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(where)] == [1]
+
+
+NODE_DATA = """
+    import torch
+    from torch.utils.data import TensorDataset
+    from raytrain.data import DataSource
+
+    class NodeLocal(DataSource):
+        def prepare(self, ctx):
+            ctx.root.mkdir(parents=True, exist_ok=True)
+            (ctx.root / "prepared").write_text("yes")
+
+        def datasets(self, ctx):
+            if not (ctx.root / "prepared").exists():
+                raise RuntimeError("not prepared on this node")
+            x = torch.zeros(4, 1)
+            return {"train": TensorDataset(x, x)}
+"""
+
+
+def test_with_object_storage_each_node_prepares_its_own_data(tmp_path, monkeypatch):
+    """No shared volume: what the driver prepared is on its node only, so a worker's datasets() first prepares its
+    node's copy under TMPDIR (on a directory, the driver's one prepare serves every node)."""
+    from raytrain.data import data_context
+    from raytrain.spec import build
+    from raytrain.spec.config import load_config
+    from tests.support.project import user_module
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node-tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    (tmp_path / "node-tmp").mkdir()
+    for _ in user_module(tmp_path, "node_data", NODE_DATA):
+        job = tmp_path / "job.yaml"
+        job.write_text("model: {_component_: mlp}\ndata: {_component_: node_data.NodeLocal}\n"
+                       "train: {epochs: 1, batch_size: 4}\nrun: {storage_path: 's3://some-bucket/runs'}\n")
+        cfg = load_config(str(job))
+        ctx = data_context(cfg)
+        assert ctx.root == tmp_path / "node-tmp" / "raytrain-local" / "datasets"
+        assert set(build.call_data_component(cfg, ctx)) == {"train"}
+        assert (ctx.root / "prepared").read_text() == "yes"
+
+
+@pytest.mark.parametrize("command", ["report", "export", "track"])
+def test_reading_a_run_in_a_store_that_cannot_be_reached_is_one_paragraph(command):
+    """A fresh interpreter (fsspec caches its filesystems by their arguments, not the environment): a closed port."""
+    import os
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "k",
+           "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "1"}
+    done = subprocess.run([sys.executable, "-m", "raytrain.cli", command, "s3://some-bucket/runs/r"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    assert f"s3://some-bucket/runs/r (raytrain {command}) cannot be reached" in done.stderr
+    assert "AWS_ENDPOINT_URL" in done.stderr and "Traceback" not in done.stderr

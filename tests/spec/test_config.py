@@ -1,0 +1,230 @@
+"""training/raytrain/spec/config.py: resolution order, presets, and a table of bad inputs with the message each must give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raytrain.spec.config import ConfigError, config_from_dict, dump_yaml, load_config, preset_names
+
+
+def write(tmp_path: Path, text: str, name: str = "job.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = """
+model: {name: mlp, hidden: 16}
+data: {name: linear, num_samples: 50}
+train: {epochs: 3, batch_size: 8, lr: 0.05}
+scaling: {num_workers: 2}
+smoke: {train.epochs: 1}
+"""
+
+
+def test_every_preset_loads_and_its_smoke_block_applies():
+    assert {"linear", "digits", "mnist"} <= set(preset_names())
+    for name in preset_names():
+        cfg = load_config(name)
+        assert cfg.run.name == name
+        smoke = load_config(name, smoke=True)
+        assert smoke.train.epochs <= cfg.train.epochs
+
+
+def test_order_is_defaults_then_file_then_smoke_then_set(tmp_path):
+    path = write(tmp_path, GOOD)
+    cfg = load_config(path)
+    assert (cfg.train.epochs, cfg.train.lr, cfg.train.optimizer) == (3, 0.05, "adamw")  # file, file, default
+    assert load_config(path, smoke=True).train.epochs == 1
+    cfg = load_config(path, ["train.epochs=7", "train.lr=1e-2", "run.name=x1"], smoke=True)
+    assert (cfg.train.epochs, cfg.train.lr, cfg.run.name) == (7, 0.01, "x1")
+
+
+def test_per_worker_batch_size_is_derived_from_the_global_one(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["scaling.num_workers=4", "train.batch_size=32"])
+    assert cfg.per_worker_batch_size == 8
+
+
+@pytest.mark.parametrize("given, stored, counts", [("3", 3, [3]), ("[2, 4]", [2, 4], [2, 3, 4]), ("[3, 3]", 3, [3])])
+def test_an_elastic_run_keeps_its_global_batch_over_every_worker_count(tmp_path, given, stored, counts):
+    cfg = load_config(write(tmp_path, GOOD), [f"scaling.num_workers={given}", "train.batch_size=24"])
+    assert cfg.scaling.num_workers == stored and list(cfg.scaling.worker_counts) == counts
+    assert [cfg.batch_share(n) * n for n in counts] == [24] * len(counts)
+    assert cfg.scaling.elastic == (len(counts) > 1)
+    assert load_config(write(tmp_path, dump_yaml(cfg))).scaling.num_workers == stored  # the saved config reloads
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["train.lr=0.2"])
+    again = config_from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict())))
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_tracking_is_off_unless_a_tracker_is_named_and_round_trips(tmp_path):
+    assert load_config(write(tmp_path, GOOD)).run.tracking is None
+    assert load_config(write(tmp_path, GOOD), ["run.tracking.sync_every_s=2"]).run.tracking is None
+    cfg = load_config(write(tmp_path, GOOD), ["run.tracking.mlflow={}", "run.tracking.wandb.project=p"])
+    assert cfg.run.tracking.trackers() == ["mlflow", "wandb"]
+    assert (cfg.run.tracking.mlflow.uri, cfg.run.tracking.mlflow.experiment) == (None, "raytrain")
+    assert (cfg.run.tracking.wandb.mode, cfg.run.tracking.sync_every_s) == ("online", 5.0)
+    stored = yaml.safe_load(yaml.safe_dump(cfg.to_dict()))  # config.yaml, and every checkpoint's config
+    assert stored["run"]["tracking"]["wandb"] == {"project": "p", "entity": None, "mode": "online", "dir": None}
+    assert config_from_dict(stored).to_dict() == cfg.to_dict()
+
+
+def test_the_run_name_defaults_to_the_file_stem(tmp_path):
+    assert load_config(write(tmp_path, GOOD, "my-run.yaml")).run.name == "my-run"
+
+
+# (file text or None for GOOD, --set overrides, fragments the message must contain)
+BAD = [
+    ("model: {name: mlp}\ndata: {name: linear}\ntrian: {epochs: 1}\n", [], ["unknown trian", "did you mean 'train'"]),
+    (None, ["train.epoks=3"], ["unknown key 'train.epoks'", "did you mean 'epochs'"]),
+    (None, ["train.lr=fast"], ["train.lr", "'fast' is not allowed", "use a number"]),
+    (None, ["train.epochs=three"], ["train.epochs", "'three' is not allowed", "use an integer"]),
+    (None, ["train.epochs=0"], ["train.epochs", "use an integer greater than 0"]),
+    (None, ["train.lr=-1"], ["train.lr", "use a number greater than 0"]),
+    (None, ["train.batch_size=9"], ["train.batch_size", "does not split evenly over 2 workers", "use 8 or 10"]),
+    (None, ["train.batch_size=1"], ["smaller than scaling.num_workers"]),
+    (None, ["train.optimizer=adagrad"], ["train.optimizer", "one of 'adam', 'adamw', 'sgd'"]),
+    (None, ["train.mixed_precision=bf16"], ["needs a GPU", "scaling.use_gpu"]),
+    (None, ["scaling.num_workers=0"], ["scaling.num_workers"]),
+    # elastic: [min, max], and a global batch that splits over every count in between
+    (None, ["scaling.num_workers=[3, 2]"], ["scaling.num_workers", "[3, 2] is not allowed", "[min, max] with 1 <= min <= max"]),
+    (None, ["scaling.num_workers=[2]"], ["scaling.num_workers", "e.g. [2, 4]"]),
+    (None, ["scaling.num_workers=[1, 2, 3]"], ["scaling.num_workers", "[min, max]"]),
+    (None, ["scaling.num_workers=[0, 2]"], ["scaling.num_workers", "1 <= min"]),
+    (None, ["scaling.num_workers=[true, 2]"], ["scaling.num_workers"]),
+    (None, ["scaling.num_workers=[1.5, 2]"], ["scaling.num_workers"]),
+    (None, ["scaling.num_workers=two"], ["scaling.num_workers", "'two' is not allowed", "a worker count of 1 or more"]),
+    (None, ["scaling.num_workers=[2, 4]", "train.batch_size=8"],
+     ["train.batch_size", "does not split evenly over 3 workers", "any of 2..4", "use 12"]),
+    (None, ["scaling.num_workers=[2, 3]", "train.batch_size=12", "train.grad_accum_steps=4"],
+     ["train.grad_accum_steps", "each worker's 6 samples", "or a train.batch_size of 24"]),
+    (None, ["scaling.num_workers=[1, 2]", "scaling.use_gpu=true", "scaling.gpus_per_worker=0.5"],
+     ["scaling.gpus_per_worker", "whole GPUs", "a fixed scaling.num_workers"]),
+    (None, ["scaling.num_workers=[1, 2]", "scaling.cpus_per_worker=1.5"], ["scaling.cpus_per_worker", "whole number"]),
+    (None, ["scaling.num_workers=[1, 2]", "data.loader=ray"], ["data.loader", "use data.loader: torch"]),
+    (None, ["scaling.num_workers=[1, 2]", "scaling.elastic_resize_monitor_interval_s=0"],
+     ["scaling.elastic_resize_monitor_interval_s", "greater than 0"]),
+    (None, ["scaling.cpus_per_worker=lots"], ["scaling.cpus_per_worker", "'auto'"]),
+    (None, ["scaling.use_gpu=maybe"], ["scaling.use_gpu", "use true or false"]),
+    (None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints"]),
+    (None, ["scaling.strategy=zero3"], ["scaling.strategy", "'ddp'", "'fsdp'"]),
+    (None, ["scaling.strategy=fsdp", "scaling.use_gpu=true", "train.mixed_precision=fp16"],
+     ["train.mixed_precision", "fp16 with scaling.strategy fsdp", "use bf16"]),
+    (None, ["scaling.fsdp_wrap=[Linear]"], ["scaling.fsdp_wrap", "scaling.strategy is ddp", "set scaling.strategy: fsdp"]),
+    (None, ["run.checkpointer=dcp"], ["run.checkpointer", "'auto'", "'sharded'"]),
+    (None, ["run.async_checkpoint=later"], ["run.async_checkpoint", "use true or false"]),
+    (None, ["run.max_failures=-2"], ["run.max_failures"]),
+    (None, ["run.name=a/b"], ["run.name"]),
+    (None, ["model.name=resnet"], ["model._component_: 'resnet'", "mlp, small_cnn"]),
+    (None, ["model.hiden=3"], ["model.hiden", "did you mean 'hidden'"]),
+    (None, ["data.loader=spark"], ["data.loader", "torch, ray"]),
+    (None, ["epochs=3"], ["is not section.key"]),
+    (None, ["train.lr"], ["expected key=value"]),
+    ("data: {name: linear}\n", [], ["the loop raytrain.loop.train_loop builds the config's model, but there is no 'model' section", "e.g. mlp"]),
+    ("model: [1, 2]\n", [], ["section 'model' must be a mapping"]),
+    ("model: {name: mlp\n", [], ["not valid YAML"]),
+    ("- a\n- b\n", [], ["top level must be a mapping"]),
+    ("model: {name: small_cnn, num_classes: 5}\ndata: {name: digits}\n", [], ["model.num_classes", "10 classes"]),
+    # run.tracking: each level checked, a mistake named by its whole key; credentials never in the config
+    (None, ["run.tracking=mlflow"], ["run.tracking: must be a mapping", "e.g. tracking: {mlflow: {uri:"]),
+    (None, ["run.tracking.mlfow.uri=http://m:5000"], ["unknown key 'run.tracking.mlfow'", "did you mean 'mlflow'"]),
+    (None, ["run.tracking.mlflow.experimnet=a"], ["unknown key 'run.tracking.mlflow.experimnet'",
+                                                  "did you mean 'experiment'", "uri, experiment"]),
+    (None, ["run.tracking.mlflow=[1]"], ["run.tracking.mlflow: must be a mapping", "takes every default"]),
+    (None, ["run.tracking.mlflow.experiment=' '"], ["run.tracking.mlflow.experiment: is empty", "give a value"]),
+    (None, ["run.tracking.mlflow.uri=http://me:secret@mlflow:5000"],
+     ["run.tracking.mlflow.uri: holds a password", "MLFLOW_TRACKING_PASSWORD"]),
+    (None, ["run.tracking.mlflow.token=abc"], ["run.tracking.mlflow.token: credentials never go in a run config",
+                                               "set MLFLOW_TRACKING_TOKEN"]),
+    (None, ["run.tracking.wandb.api_key=abc"], ["run.tracking.wandb.api_key", "set WANDB_API_KEY"]),
+    (None, ["run.tracking.wandb.mode=offline"], ["run.tracking.wandb.project is required"]),
+    (None, ["run.tracking.wandb.project=p", "run.tracking.wandb.mode=disabled"],
+     ["run.tracking.wandb.mode", "one of 'online', 'offline'"]),
+    (None, ["run.tracking.mlflow.uri=http://m:5000", "run.tracking.sync_every_s=0"],
+     ["run.tracking.sync_every_s", "greater than 0"]),
+    ("model: {name: mlp}\ndata: {name: linear}\nrun: {tracking: {wandb: {project: p, entity: [a]}}}\n", [],
+     ["run.tracking.wandb.entity", "['a'] is not allowed"]),
+]
+
+
+def refusal(tmp_path: Path, text: str | None, overrides: list[str], fragments: list[str]) -> tuple[str, str]:
+    """(file, ConfigError message) for a config (GOOD when text is None) with overrides; each fragment is in it."""
+    path = write(tmp_path, text if text is not None else GOOD)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    return path, message
+
+
+@pytest.mark.parametrize("text, overrides, fragments", BAD)
+def test_bad_config_is_rejected_with_a_message_naming_file_key_and_fix(tmp_path, text, overrides, fragments):
+    path, message = refusal(tmp_path, text, overrides, fragments)
+    assert "Fix" in message
+    if not overrides:
+        assert path in message  # the file is named
+
+
+def test_unknown_config_reference_lists_the_presets():
+    with pytest.raises(ConfigError, match="neither a YAML file nor a preset.*linear"):
+        load_config("no-such-preset")
+
+
+# (file text or None for GOOD, --set overrides, fragments): mistakes that once loaded silently, or with a traceback
+SILENTLY_WRONG = [
+    (None, ["train.epochs=true"], ["train.epochs: true is not allowed", "a boolean is not one", "an integer"]),
+    (None, ["model.hidden=true"], ["model.hidden: true is not allowed", "raytrain.models.mlp"]),
+    (None, ["train.lr=false"], ["train.lr: false is not allowed"]),
+    (None, ["scaling.cpus_per_worker=true"], ["scaling.cpus_per_worker: true is not allowed"]),
+    (None, ["scaling.num_workers=false"], ["scaling.num_workers: false is not allowed"]),
+    (None, ["train.loss=cross_entropy"], ["train.loss", "classification loss", "regression data", "use mse"]),
+    (None, ["train.loss=nll"], ["classification loss"]),
+    ("model: {name: mlp}\ndata: {name: linear}\ntrain: {epochs: 1, epochs: 2}\n", [],
+     ["line 3", "found the key 'epochs' twice"]),
+    ("model: {name: mlp}\nmodel: {name: mlp}\ndata: {name: linear}\n", [], ["found the key 'model' twice"]),
+    ("model: {name: mlp}\ndata: {name: linear}\ntrain: {epochs: " + "9" * 5000 + "}\n", [],
+     ["cannot read this value", "4300 digits"]),
+    (None, ["train.epochs=" + "9" * 5000], ["--set train.epochs=999", "(5013 characters)", "cannot read this value"]),
+    (None, ["train.seed=" + "[" * 3000 + "]" * 3000], ["--set train.seed=[[[", "nest"]),
+    (None, ["train.seed=" + "[" * 3000], ["--set train.seed=[[[", "nests too deeply"]),
+    (None, ["train.seed=" + "[" * 90 + "x"], ["train.seed: '[[[", "...("]),  # not YAML: a string, shown cut
+    ("a: " + "[" * 3000 + "]" * 3000 + "\n", [], ["nest"]),
+    ("a: " + "{b: " * 200 + "1" + "}" * 200 + "\n", [], ["nests deeper than 100 levels"]),
+    (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {train.epoks: 1}"), [], ["smoke block", "train.epoks"]),
+    (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {train.epochs: 0}"), [], ["smoke block", "train.epochs"]),
+    (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {scaling.num_workers: 3}"), [], ["smoke block",
+                                                                                       "does not split evenly"]),
+]
+
+
+@pytest.mark.parametrize("text, overrides, fragments", SILENTLY_WRONG)
+def test_configs_that_were_silently_wrong_are_refused(tmp_path, text, overrides, fragments):
+    _, message = refusal(tmp_path, text, overrides, fragments)
+    assert "Fix:" in message and len(message) < 1000
+
+
+def test_a_config_that_is_not_utf8_names_the_byte(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(GOOD.replace("linear", "lin\xe9ar").encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"job.yaml: is not UTF-8 text \(byte 0xe9 at line 3\)"):
+        load_config(str(path))
+
+
+def test_booleans_stay_where_a_boolean_is_meant(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["scaling.use_gpu=false", "model.hidden=4"])
+    assert cfg.scaling.use_gpu is False and cfg.model.kwargs["hidden"] == 4
+
+
+@pytest.mark.parametrize("name", ["2024", "true", "null", "1e3", "~", "[a]", "'q'", "0x1F"])
+def test_name_and_storage_are_strings_as_typed(tmp_path, name):
+    from raytrain.spec.run_options import config_overrides
+
+    cfg = load_config(write(tmp_path, GOOD), config_overrides(None, name, str(tmp_path / name)))
+    assert cfg.run.name == name and cfg.run.storage_path == str(tmp_path / name)

@@ -1,0 +1,161 @@
+"""Elastic runs (raytrain.worker.elastic) in one process: the resize request between Ray Train's controller and rank 0
+(fuzzed files, requests of other attempts or to the same size ignored), the step decision that checkpoints and
+holds for it, the answer the controller waits for, and the resize event of a group that starts at a new size.
+The whole path on a real multi-node Ray cluster: tests/integration/test_elastic.py."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+from raytrain.loop import build_optimizer
+from raytrain.rundir import runrecords
+from raytrain.rundir.runcontrol import AttemptEnded, Ending, UNFENCED
+from raytrain.worker import elastic
+from raytrain.worker.stepcontrol import StepControl
+from tests.worker.test_session_steps import config, session_for
+
+
+def test_a_request_reaches_its_attempts_group_and_no_other(tmp_path):
+    request_id = elastic.request(tmp_path, attempt=3, to_workers=3)
+    assert elastic.pending(tmp_path, 3, world_size=2)["id"] == request_id
+    assert elastic.pending(tmp_path, 4, world_size=2) is None  # another attempt's group
+    assert elastic.pending(tmp_path, 3, world_size=3) is None  # the new group of that size, reading a leftover
+    assert elastic.answered(tmp_path, request_id) is None
+    elastic.answer(tmp_path, request_id, "checkpoint_x")
+    assert elastic.answered(tmp_path, request_id)["checkpoint"] == "checkpoint_x"
+    assert elastic.answered(tmp_path, "another") is None
+    elastic.clear(tmp_path)
+    assert elastic.pending(tmp_path, 3, world_size=2) is None and elastic.answered(tmp_path, request_id) is None
+    assert (tmp_path / elastic.REQUEST_FILE).exists()  # emptied, never deleted (NFS: see elastic.prepare)
+
+
+@pytest.mark.parametrize("content", [
+    b"", b"{", b"[]", b"null", b'"text"', b"\xff\xfe\x00garbage", b'{"id": 7, "attempt": 3, "to": 2}',
+    b'{"id": "a", "attempt": "3", "to": 2}', b'{"id": "a", "attempt": 3, "to": "2"}',
+    b'{"id": "a", "attempt": 3, "to": true}', b'{"id": "a", "attempt": 3}', b'{"id": "a", "to": 2}',
+])
+def test_a_damaged_request_or_answer_is_no_request(tmp_path, content):
+    (tmp_path / elastic.REQUEST_FILE).write_bytes(content)
+    (tmp_path / elastic.HELD_FILE).write_bytes(content)
+    assert elastic.pending(tmp_path, 3, world_size=3) is None
+    assert (elastic.answered(tmp_path, "a") is not None) == (b'"id": "a"' in content)  # an answer: its id alone
+
+
+def test_random_bytes_never_raise(tmp_path):
+    rng = random.Random(27)
+    for _ in range(300):
+        size = rng.randrange(0, 64)
+        blob = bytes(rng.randrange(256) for _ in range(size))
+        if rng.random() < 0.5:  # near-JSON as well
+            blob = json.dumps({"id": "a", "attempt": 3, "to": rng.choice([2, "2", None, 2.0, [2]])}).encode()[:size or None]
+        (tmp_path / elastic.REQUEST_FILE).write_bytes(blob)
+        result = elastic.pending(tmp_path, 3, world_size=3)
+        assert result is None or (result["id"] == "a" and result["to"] == 2)
+
+
+def test_the_controller_waits_for_the_answer_and_gives_up_after_its_timeout(tmp_path):
+    request_id = elastic.request(tmp_path, 3, 3)
+    threading.Timer(0.3, elastic.answer, (tmp_path, request_id, None)).start()
+    began = time.monotonic()
+    assert elastic.wait_answered(tmp_path, request_id, timeout_s=10, poll_s=0.05)
+    assert time.monotonic() - began < 5
+    assert elastic.wait_answered(tmp_path, "never", timeout_s=0.2, poll_s=0.05) is None
+
+
+def test_a_held_worker_ends_its_group_when_the_resize_never_comes():
+    with pytest.raises(elastic.ResizeNotApplied, match="did not come within 0 s"):
+        elastic.hold(0.01)
+
+
+def test_a_resize_request_checkpoints_and_ends_the_group_and_the_other_endings_win(tmp_path):
+    request = {"id": "r", "attempt": 3, "to": 3}
+    b = StepControl(UNFENCED, every_steps=0, every_s=0.0, is_rank_zero=True, device=torch.device("cpu"),
+                    resize_requested=lambda: request)
+    b.control = type("Control", (), {"token": 3, "poll": lambda self: None})()
+    decision = b.decide(at_epoch_end=True)
+    assert (decision.checkpoint, decision.ending) == (True, Ending.RESIZING) and b.resize_request == request
+    b = StepControl(UNFENCED, every_steps=0, every_s=0.0, is_rank_zero=True, device=torch.device("cpu"),
+                    node_draining=lambda: True, resize_requested=lambda: request)
+    b.control = type("Control", (), {"token": 3, "poll": lambda self: None})()
+    assert b.decide(at_epoch_end=True).ending is Ending.DRAINING
+
+
+def test_the_session_checkpoints_at_the_step_answers_and_ends_for_the_resize(tmp_path):
+    cfg = config(tmp_path, "train.epochs=1", "scaling.num_workers=[1, 2]")
+    session = session_for(cfg, token=3)
+    request_id = elastic.request(session.run_dir, 3, 2)
+    session._resize_requested = session._steps.resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
+    model = session.prepare_model(session.build_model())
+    optimizer = build_optimizer(cfg, model)
+    session.restore(model, optimizer)
+    trained = 0
+    with pytest.raises(AttemptEnded) as ended:
+        for _ in session.batches("train", 1):
+            trained += 1
+            time.sleep(0.15)  # slow steps: rank 0 reads the request within its poll interval
+    assert ended.value.ending is Ending.RESIZING
+    [checkpoint] = session.run_dir.glob("checkpoint_*")
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    assert (meta["epoch"], meta["step"]) == (0, trained) and 0 < trained < 8
+    held = json.loads((session.run_dir / elastic.HELD_FILE).read_text())
+    assert held["id"] == request_id and held["checkpoint"] == checkpoint.name and held["ending"] == "resizing"
+
+
+@pytest.mark.parametrize("rank, answered", [(0, True), (1, False)])
+def test_a_group_that_ends_another_way_answers_an_open_request_with_its_ending(tmp_path, rank, answered):
+    cfg = config(tmp_path, "train.epochs=1", "scaling.num_workers=[1, 2]")
+    session = session_for(cfg, token=3)
+    session.rank = rank
+    elastic.prepare(session.run_dir)
+    session._resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
+    session.answer_resize("finished")  # no request open: nothing to answer
+    assert json.loads((session.run_dir / elastic.HELD_FILE).read_text()) == {"id": None}
+    request_id = elastic.request(session.run_dir, 3, 2)
+    session.answer_resize("stopped")
+    held = elastic.answered(session.run_dir, request_id)
+    assert (held is not None and held["ending"] == "stopped") == answered  # rank 0 alone answers
+
+
+def test_a_fenced_request_is_refused_once_a_newer_attempt_holds_the_run(tmp_path):
+    from raytrain.rundir.runcontrol import WorkerControl
+
+    (tmp_path / "lease.json").write_text(json.dumps({"token": 4, "host": "h", "pid": 1, "since": 0,
+                                                     "renewed": time.time(), "ttl_s": 30}))
+    elastic.prepare(tmp_path)
+    with pytest.raises(AttemptEnded):
+        elastic.request(tmp_path, 3, 2, WorkerControl(tmp_path, 3))
+    assert json.loads((tmp_path / elastic.REQUEST_FILE).read_text()) == {"id": None}  # the newer attempt's, intact
+    elastic.clear(tmp_path, WorkerControl(tmp_path, 3))  # refused quietly
+
+
+def test_a_group_that_starts_at_another_size_records_a_resize(tmp_path):
+    cfg = config(tmp_path, "train.epochs=1")
+    session = session_for(cfg)
+    session.records.append_event("start", start_epoch=1, resumed_from_epoch=None, resumed_at_step=0, world_size=3)
+    session.resumed_from_epoch, session._resume_step = 0, 5
+    session._announce()  # this LocalSession is one worker
+    resize = [e for e in runrecords.read_events(session.run_dir) if e["event"] == "resize"]
+    assert [(e["previous"], e["workers"], e["epoch"], e["step"]) for e in resize] == [(3, 1, 0, 5)]
+    again = session_for(cfg)
+    again._announce()  # the same size as the last start: no resize
+    assert len([e for e in runrecords.read_events(session.run_dir) if e["event"] == "resize"]) == 1
+
+
+def test_rank_zeros_running_sums_are_rescaled_when_a_resume_changes_the_worker_count():
+    from raytrain.loop import EpochStats
+
+    written = EpochStats(loss_sum=6.0, correct=3.0, samples=5824.0, workers=3).state_dict()
+    for workers in (1, 2, 3, 6):
+        loaded = EpochStats(workers=workers)
+        loaded.load_state_dict(written)
+        assert loaded.samples * workers == 5824.0 * 3 and loaded.loss_sum * workers == 18.0
+    old = {"loss_sum": 1.0, "correct": 0.0, "samples": 8.0}  # a checkpoint written before the count was kept
+    loaded = EpochStats(workers=2)
+    loaded.load_state_dict(old)
+    assert loaded.samples == 8.0

@@ -1,0 +1,321 @@
+"""training/raytrain/worker/raytrain_function.py: a Ray Train function (`train_func(config)`) as a run config's loop.
+Recognised by config.py (train_loop_config, no model/data), its reported checkpoint directories committed by the
+fenced rename with a manifest of files and pruned, get_checkpoint() the newest complete one, a stop at the next
+report. The worker side is exercised in this process with a LocalSession (no Ray); the real runs are in
+tests/integration/test_ray_train_scripts.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from raytrain.checkpoint import checkpoints, resume
+from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
+from raytrain.driver import raytrainer
+from raytrain.errors import ConfigError
+from raytrain.rundir import runrecords
+from raytrain.rundir.runcontrol import AttemptEnded, Ending
+from raytrain.spec import loops
+from raytrain.spec.config import load_config
+from raytrain.worker import raytrain_function
+
+FUNCTIONS = '''
+import os, tempfile
+import ray.train
+from ray.train import Checkpoint, report
+
+def train_func(config):
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = int(open(os.path.join(d, "at.txt")).read()) + 1
+    for epoch in range(start, config.get("epochs", 3)):
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "at.txt"), "w").write(str(epoch))
+            os.makedirs(os.path.join(tmp, "sub"))
+            open(os.path.join(tmp, "sub", "w.bin"), "wb").write(bytes(range(epoch + 1)))
+            report({"epoch": epoch, "loss": 1.0 / (epoch + 1)}, checkpoint=Checkpoint.from_directory(tmp))
+
+def no_args():
+    ray.train.report({"loss": 1.0})
+    ray.train.report({"loss": 0.5})
+
+def named_cfg(cfg):
+    pass
+
+def session_loop(session, hidden: int = 3):
+    pass
+
+def declares(config):
+    pass
+declares.applied_on_resume = ("loop.train_loop_config.lr",)
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "rt_funcs.py").write_text(FUNCTIONS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    sys.modules.pop("rt_funcs", None)
+    yield tmp_path
+    sys.modules.pop("rt_funcs", None)
+
+
+def write(project, text: str, name: str = "job.yaml"):
+    path = project / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------- the config
+
+
+def test_a_ray_train_function_with_its_train_loop_config_needs_no_model_or_data(project):
+    cfg = load_config(write(project, """
+        loop: {_component_: "rt_funcs:train_func", train_loop_config: {lr: 0.01, epochs: 3}}
+        scaling: {num_workers: 3}
+        run: {storage_path: runs}
+    """))
+    assert loops.is_ray_train_loop(cfg) and cfg.model is None and cfg.data is None
+    assert cfg.to_dict()["loop"] == {"_component_": "rt_funcs.train_func",
+                                     "train_loop_config": {"lr": 0.01, "epochs": 3}}
+    # train.batch_size 64 over 3 workers would be refused for a Session loop: the function batches on its own
+    assert cfg.train.batch_size == 64
+
+
+def test_no_parameter_or_a_named_one_with_train_loop_config_and_none_given_at_all(project):
+    assert loops.is_ray_train_loop(load_config(write(project, "loop: {_component_: rt_funcs.no_args}")))
+    named = load_config(write(project, "loop: {_component_: rt_funcs.named_cfg, train_loop_config: {a: 1}}"))
+    assert named.loop.kwargs == {"train_loop_config": {"a": 1}}
+    bare = load_config(write(project, "loop: {_component_: rt_funcs.train_func}"))
+    assert bare.loop.kwargs == {"train_loop_config": {}} and raytrainer.dataset_config(bare) is None
+    split = load_config(write(project, "loop: {_component_: rt_funcs.train_func, datasets_to_split: [train]}"))
+    assert raytrainer.dataset_config(split)._datasets_to_split == ["train"]
+    session_loop = load_config(write(project, "loop: {_component_: rt_funcs.session_loop, hidden: 4}"))
+    assert not loops.is_ray_train_loop(session_loop)
+
+
+def test_the_issues_config_is_told_where_its_keys_go(project):
+    with pytest.raises(ConfigError, match=r"unknown key 'loop.lr'.*Ray Train function.*move lr, epochs under "
+                                          r"loop.train_loop_config"):
+        load_config(write(project, "loop: {_component_: rt_funcs.train_func, lr: 0.01, epochs: 3}"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("loop: {_component_: rt_funcs.train_func, train_loop_config: [1, 2]}", "must be a mapping"),
+    ("loop: {_component_: rt_funcs.session_loop, train_loop_config: {a: 1}}", "is not a Ray Train function"),
+    ("loop: {_component_: rt_funcs.declares, train_loop_config: {}}", "declares applied_on_resume"),
+    ("loop: {_component_: rt_funcs.train_func, datasets_to_split: train}", "must be all or a list of dataset names"),
+])
+def test_what_cannot_be_a_ray_train_loop_is_refused_with_the_fix(project, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(project, text))
+
+
+def test_validate_without_the_users_code_checks_the_mapping(project):
+    cfg = load_config(write(project, "loop: {_component_: absent_pkg.train:train_func, train_loop_config: {a: 1}}"),
+                      import_user_code=False)
+    assert loops.is_ray_train_loop(cfg) and cfg.model is None
+    assert cfg.unchecked == ["loop: absent_pkg.train.train_func, a Ray Train function whose train_loop_config is "
+                             "its own"]
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(write(project, "loop: {_component_: absent_pkg.train_func, train_loop_config: 3}"),
+                    import_user_code=False)
+
+
+def test_raytrain_local_refuses_it_naming_raytrain_run(project):
+    cfg = load_config(write(project, "loop: {_component_: rt_funcs.train_func}"))
+    assert "raytrain run" in loops.local_refusal(cfg)
+
+
+# ---------------------------------------------------------------------------------------------- the manifest commit
+
+
+def reported_dir(tmp_path, files: dict) -> str:
+    source = tempfile.mkdtemp(dir=tmp_path)
+    for name, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(source, name)) or source, exist_ok=True)
+        with open(os.path.join(source, name), "wb") as handle:
+            handle.write(data)
+    return source
+
+
+def commit_dir(run_dir, epoch, files, keep=50, control=None):
+    saver = FileCheckpointer(run_dir, keep=keep) if control is None else FileCheckpointer(run_dir, control, keep)
+    name = checkpoints.checkpoint_dir_name(Position(epoch))
+    staging = saver.staging_path(name)
+    listed = checkpoints.copy_tree_hashed(__import__("pathlib").Path(reported_dir(run_dir.parent, files)),
+                                          staging / checkpoints.DATA_DIR)
+    return saver.commit(name, lambda: checkpoints.write_directory_manifest(staging, Position(epoch), listed,
+                                                                           config={"x": 1}))
+
+
+def test_a_directory_checkpoint_names_its_files_and_commits_by_rename(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = commit_dir(run_dir, 2, {"model.pt": b"abc", "sub/opt.bin": b"\x00" * 10})
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["kind"] == "directory" and meta["epoch"] == 2 and set(meta["files"]) == {"model.pt", "sub/opt.bin"}
+    assert meta["files"]["sub/opt.bin"]["size"] == 10
+    assert (path / "data" / "model.pt").read_bytes() == b"abc"
+    assert not list(run_dir.glob(".staging-*")) and not list(path.rglob("*.partial"))
+    assert checkpoints.incomplete_reason(path) is None and checkpoints.newest_complete(run_dir) == path
+    checkpoints.verify_hash(path)
+    with pytest.raises(checkpoints.CheckpointUnreadable, match="Session loops cannot load it"):
+        checkpoints.load(path)
+
+
+def test_damage_is_found_by_size_then_by_hash(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    older = commit_dir(run_dir, 1, {"model.pt": b"one"})
+    newer = commit_dir(run_dir, 2, {"model.pt": b"two"})
+    (newer / "data" / "model.pt").write_bytes(b"tw")
+    assert "holds 2 bytes" in checkpoints.incomplete_reason(newer)
+    assert checkpoints.newest_complete(run_dir) == older
+    (newer / "data" / "model.pt").write_bytes(b"twX")
+    with pytest.raises(checkpoints.CheckpointUnreadable, match="does not match the hash"):
+        checkpoints.verify_hash(newer)
+    warnings = []
+    plan = resume.plan(run_dir, {"x": 1}, warnings.append, resume.ResumeRules(), FileCheckpointer(run_dir))
+    assert plan.checkpoint == older and "cannot be loaded" in warnings[0]
+
+
+def test_pruning_keeps_the_newest_complete_and_a_fenced_commit_leaves_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for epoch in range(1, 5):
+        commit_dir(run_dir, epoch, {"m": bytes([epoch])}, keep=2)
+    assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(run_dir)] == [4, 3]
+
+    class Lost:
+        token = 7
+
+        def check(self):
+            raise AttemptEnded(Ending.LEASE_LOST, "taken over")
+
+        def poll(self):
+            return None
+
+    with pytest.raises(AttemptEnded):
+        commit_dir(run_dir, 5, {"m": b"5"}, keep=2, control=Lost())
+    assert not list(run_dir.glob(".staging-*")) and len(checkpoints.committed(run_dir)) == 2
+
+
+def test_the_loop_section_declares_what_a_resume_may_not_change(project, tmp_path):
+    text = """
+        loop:
+          _component_: rt_funcs.train_func
+          train_loop_config: {{hidden: {hidden}, lr: {lr}}}
+          fixed_on_resume: [loop.train_loop_config.hidden]
+    """
+    first = load_config(write(project, text.format(hidden=4, lr=0.1)))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    saver = FileCheckpointer(run_dir)
+    name = checkpoints.checkpoint_dir_name(Position(1))
+    saver.commit(name, lambda: checkpoints.write_directory_manifest(saver.staging_path(name), Position(1), {},
+                                                                    config=first.to_dict()))
+    rules = resume.resume_rules(first)
+    changed_lr = load_config(write(project, text.format(hidden=4, lr=0.5)))
+    assert resume.plan(run_dir, changed_lr.to_dict(), print, rules, saver).epoch == 1  # the function's business
+    changed_shape = load_config(write(project, text.format(hidden=8, lr=0.1)))
+    with pytest.raises(resume.ResumeRefused, match=r"loop.train_loop_config.hidden: 4 in the checkpoint, 8 now"):
+        resume.plan(run_dir, changed_shape.to_dict(), print, rules, saver)
+    with pytest.raises(ConfigError, match="must be a list of config keys"):
+        load_config(write(project, "loop: {_component_: rt_funcs.train_func, fixed_on_resume: 3}"))
+
+
+# ---------------------------------------------------------------------------------------------- the worker side
+
+
+class StopAfter:
+    """A run control whose stop request arrives once `n` polls were made."""
+
+    token = 1
+
+    def __init__(self, n):
+        self.n = n
+
+    def check(self):
+        return None
+
+    def poll(self):
+        self.n -= 1
+        return (Ending.STOPPED, "SIGTERM") if self.n < 0 else None
+
+
+def run_function(project, name="train_func", epochs=3, keep=2, control=None):
+    from raytrain.worker.localsession import LocalSession
+
+    raytrain_function.install()  # as the worker entry does: before the function's module is imported
+    sys.modules.pop("rt_funcs", None)
+    cfg = load_config(write(project, f"""
+        loop: {{_component_: rt_funcs.{name}, train_loop_config: {{epochs: {epochs}}}}}
+        run: {{storage_path: {project / 'runs'}, name: r, keep_checkpoints: {keep}}}
+    """))
+    run_dir = runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    session = LocalSession(cfg, run_dir, 1) if control is None else LocalSession(cfg, run_dir, 1, control=control)
+    session.start()
+    reported = []
+    original = raytrain_function._originals["report"]
+    raytrain_function._originals["report"] = reported.append  # Ray Train's own report: there is no Ray here
+    try:
+        raytrain_function.run(cfg, session)
+    finally:
+        raytrain_function._originals["report"] = original
+    return run_dir, reported
+
+
+@pytest.fixture(autouse=True)
+def ray_train_restored():
+    """This process's ray.train as it was: install() replaces its report and get_checkpoint."""
+    yield
+    if raytrain_function._originals:
+        import ray.train
+
+        ray.train.report = raytrain_function._originals["report"]
+        ray.train.get_checkpoint = raytrain_function._originals["get_checkpoint"]
+
+
+def test_reports_are_rows_and_checkpoints_pruned_and_get_checkpoint_resumes(project):
+    run_dir, reported = run_function(project, epochs=3)
+    assert [(r["epoch"], r["loss"]) for r in runrecords.read_metrics(run_dir)] == [(0, 1.0), (1, 0.5), (2, 1 / 3)]
+    assert reported == [{"epoch": e, "loss": 1.0 / (e + 1)} for e in range(3)]  # Ray Train sees the metrics
+    newest = checkpoints.committed(run_dir)
+    assert [checkpoints.position_of(p).epoch for p in newest] == [2, 1]
+    assert (newest[0] / "data" / "sub" / "w.bin").read_bytes() == bytes(range(3))
+    # a resubmission with more epochs: get_checkpoint() returns epoch 2's files, training goes on at 3
+    run_dir, _ = run_function(project, epochs=5)
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3, 4]
+    restored = [e for e in runrecords.read_events(run_dir) if e["event"] == "restored"]
+    assert restored[-1]["checkpoint"] == newest[0].name and restored[-1]["epoch"] == 2
+    assert runrecords.read_metrics(run_dir)[-1]["resumed_from_epoch"] == 2
+
+
+def test_a_function_that_reports_no_epoch_is_counted_and_one_that_never_asks_is_warned_about(project):
+    run_dir, _ = run_function(project, name="no_args")
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [1, 2]
+    run_dir, _ = run_function(project, epochs=2)  # same run: rows past the (absent) checkpoint are dropped
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1]
+    run_dir, _ = run_function(project, name="no_args")
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3]  # numbered on from the checkpoint
+    warnings = [e["message"] for e in runrecords.read_events(run_dir) if e["event"] == "warning"]
+    assert any("did not call ray.train.get_checkpoint()" in w for w in warnings)
+
+
+def test_a_stop_request_ends_the_function_at_its_next_report_after_the_commit(project):
+    with pytest.raises(AttemptEnded) as ended:
+        run_function(project, epochs=10, control=StopAfter(2), keep=5)
+    run_dir = project / "runs" / "r"
+    assert ended.value.ending is Ending.STOPPED
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2]
+    assert checkpoints.position_of(checkpoints.committed(run_dir)[0]).epoch == 2

@@ -1,0 +1,298 @@
+"""The Ray Train body of an attempt (raytrain.driver.attempt): embedded or joined Ray, worker sizing, the TorchTrainer,
+progress lines. The attempt around it owns the lease, the resume check and result.json.
+
+This is the driver side. On a cluster it runs on the head pod as the RayJob's entrypoint (`--address auto`);
+on a laptop it starts an embedded local Ray sized to the machine.
+
+Ray Train keeps its own files (its controller's checkpoint-manager snapshot, validation markers) under
+STORAGE/NAME/.ray-train/attempt-<token>: one directory per attempt, so that a stale attempt's controller (paused,
+then resumed after a takeover) never prunes, or points the new attempt at, anything the new attempt depends on.
+raytrain reports no checkpoints to Ray Train: the Session's checkpointer commits them into the run directory itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Optional, TextIO
+
+from raytrain.checkpoint import checkpoints
+from raytrain.driver import preflight, scaleup
+from raytrain.errors import LaunchError
+from raytrain.loop import format_row
+from raytrain.rundir import console, runrecords, storage
+from raytrain.spec import loops
+from raytrain.spec.sections import RunConfig
+from raytrain.worker import elastic
+
+RAY_TRAIN_DIR = ".ray-train"
+
+
+# Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
+# waits for that poll. Half a second keeps checkpoints and failure detection prompt at negligible cost for the
+# handful of workers a job has. An explicit RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in the environment wins.
+CONTROLLER_POLL_INTERVAL_S = "0.5"
+
+
+def connect_for(cfg: RunConfig, address: Optional[str], in_submitted_job: bool) -> str:
+    """connect_ray with the runtime env that ships the config's user code (preflight decides what travels)."""
+    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
+    return connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
+
+
+def alive_node_resources() -> list[dict]:
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ray
+
+
+def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
+                code_dir: Optional[Path] = None) -> str:
+    """Join the cluster at `address`, or start an embedded local Ray. Returns a description for the log.
+    runtime_env: what a joining driver ships (the user's code); code_dir: the user's project directory, which an
+    embedded Ray's workers find through PYTHONPATH (they inherit this process's environment)."""
+    import logging
+
+    import ray
+
+    # log_to_driver=False: the driver's console carries raytrain's own lines (per-epoch rows, warnings, resumes,
+    # one closing message), not every worker's output and Ray's retry tracebacks; those stay in Ray's logs
+    # (the session's logs/ directory, the dashboard, `ray job logs`).
+    if ray.is_initialized():
+        return "already connected"
+    # Ray 2.55 announces a future default with a FutureWarning on every init. We want today's behaviour (workers
+    # that asked for no GPU see none), so the tip is noise here.
+    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+    from raytrain.platform.rayinternals import quiet_ray_thread_warning
+
+    quiet_ray_thread_warning()  # the attempt starts Ray from its body's thread on purpose
+    if address:
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                     runtime_env=runtime_env or None)
+        except Exception as err:  # anything ray.init raises here is the cluster not answering, not raytrain's bug
+            raise LaunchError(f"cannot join the Ray cluster at {address}: {root_cause(err)}. Fix: check that the "
+                              f"cluster is up and reachable (and RAY_AUTH_TOKEN where it uses token auth), or leave "
+                              f"--address out to train on an embedded local Ray.") from None
+        return f"joined Ray cluster at {address}"
+    if code_dir is not None:
+        paths = [str(code_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # address="local" always starts a new embedded Ray, even if another local cluster is running.
+    try:
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as err:  # Ray's own start failed (an overloaded machine, no room in /tmp): say so, once
+        raise LaunchError(f"the embedded Ray did not start: {root_cause(err)}. Fix: free CPU, memory and room in "
+                          f"Ray's temp dir (/tmp/ray, or RAY_TMPDIR), then run the same command again.") from None
+    return f"started embedded Ray ({os.cpu_count()} CPUs)"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# progress
+
+
+class Progress(threading.Thread):
+    """Prints each epoch's row as rank 0 writes it to metrics.jsonl; a bar on interactive terminals."""
+
+    def __init__(self, run_dir: Path, epochs: int, out: TextIO):
+        super().__init__(daemon=True)
+        self.run_dir, self.epochs, self.out = run_dir, epochs, out
+        self.interactive = out.isatty() and not console.is_json()
+        # Keyed by epoch and its duration: an epoch trained again after a resume is a new row worth printing.
+        self.printed: set[tuple] = {self.key(row) for row in runrecords.read_metrics(run_dir)}
+        self.events_seen = len(runrecords.read_events(run_dir))
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.5):
+            self.poll()
+        self.poll()
+
+    @staticmethod
+    def key(row: dict) -> tuple:
+        return row["epoch"], row.get("epoch_s")
+
+    def poll(self) -> None:
+        events = runrecords.read_events(self.run_dir)
+        for event in events[self.events_seen:]:
+            if event["event"] == "warning":
+                console.warning(event["message"], out=self.out, rank=0)
+            elif event["event"] in ("drain", "resizing"):
+                console.info(event["event"], event["message"], out=self.out, rank=0)
+            elif event["event"] == "resize":  # an elastic run's new group (raytrain.worker.elastic)
+                console.info("resize", f"the run goes on on {event.get('workers')} workers (it had "
+                             f"{event.get('previous')})", out=self.out, rank=0, workers=event.get("workers"),
+                             previous=event.get("previous"))
+            elif event["event"] == "restored":
+                at = f" (at step {event['step']} of epoch {event['epoch'] + 1})" if event.get("step") else ""
+                console.info("restored", f"resuming after epoch {event['epoch']}{at} from {event['checkpoint']}",
+                             out=self.out, rank=0, epoch=event["epoch"], step=event.get("step", 0),
+                             checkpoint=event["checkpoint"])
+        self.events_seen = len(events)
+        for row in runrecords.read_metrics(self.run_dir):
+            if self.key(row) not in self.printed:
+                self.printed.add(self.key(row))
+                console.epoch(format_row(row, self.epochs), row, out=self.out,
+                              bar=row["epoch"] / self.epochs if self.interactive and self.epochs else None)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=5)
+        if self.interactive:
+            self.out.write("\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the run
+
+
+def root_cause(err: BaseException) -> str:
+    """One line for the user out of Ray's nested errors: the innermost exception's last line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else err.__class__.__name__
+
+
+def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
+                  lease_token: Optional[int] = None, on_cluster: bool = False,
+                  resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S):
+    """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
+    `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.rundir.lease) whose
+    workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics)."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from raytrain.worker.raysession import worker_entry
+
+    code_dir = preflight.user_code_dir(cfg)
+    s = cfg.scaling
+    # An elastic run is Ray Train's own (raytrain.worker.elastic): num_workers=(min, max), and a controller callback that
+    # checkpoints the running group before Ray Train resizes it (a Ray Train function checkpoints itself).
+    elastic_args = {"num_workers": (s.min_workers, s.max_workers),
+                    "elastic_resize_monitor_interval_s": s.elastic_resize_monitor_interval_s} if s.elastic else {}
+    if s.elastic and lease_token and not loops.is_ray_train_loop(cfg):
+        callbacks = (*callbacks, elastic.resize_checkpoint_callback(run_dir, lease_token, resize_timeout_s))
+    return TorchTrainer(
+        worker_entry,
+        train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],
+                           "working_dir": str(code_dir) if code_dir else None, "lease_token": lease_token,
+                           "telemetry_linger": on_cluster},
+        scaling_config=ray.train.ScalingConfig(**{
+            "num_workers": s.num_workers, "use_gpu": s.use_gpu, "resources_per_worker": per_worker, **elastic_args}),
+        run_config=ray.train.RunConfig(
+            name=f"attempt-{lease_token or 0}",
+            storage_path=ray_train_storage(run_dir),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
+            callbacks=list(callbacks),
+        ),
+        datasets=preflight.driver_datasets(cfg),
+        dataset_config=dataset_config(cfg),
+    )
+
+
+def ray_train_storage(run_dir: Path) -> str:
+    """Ray Train's own storage_path: nothing of the run's is kept there (raytrain commits its own checkpoints), so for
+    a run on an object store it is a local directory rather than a second set of credentials for pyarrow's S3."""
+    if storage.is_remote(run_dir):
+        return str(storage.local_root() / RAY_TRAIN_DIR / run_dir.name)
+    return str(run_dir / RAY_TRAIN_DIR)
+
+
+def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
+    """What trainer.fit()'s failure means, in one paragraph: Ray Train gave up after its worker-group restarts, or
+    its controller failed (no restarts are counted for that)."""
+    from ray.train import ControllerError
+
+    events = runrecords.read_events(run_dir)
+    starts = [e for e in events if e.get("event") == "start"]
+    resized = [e for e in events if e.get("event") == "resizing"]  # an elastic run's grows: no failure
+    if isinstance(err, ControllerError):
+        what = "Ray Train's controller failed"
+    else:
+        what = (f"training failed after {max(len(starts) - 1 - len(resized), 0)} worker-group restart(s) "
+                f"({cfg.run.max_failures} allowed)")
+    kept = (f"Checkpoints written so far are kept in {run_dir}; fix the cause and run the same command again to resume"
+            if checkpoints.committed(run_dir) else
+            f"No checkpoint was written ({run_dir}); fix the cause and run the same command again")
+    return f"{what}: {root_cause(err)}. {kept}. Full worker logs: Ray's session logs (logs/worker-*.err) or the dashboard."
+
+
+class RayTrainer:
+    """Trains a run with Ray Train (see the module's doc)."""
+
+    def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: Optional[TextIO] = None,
+                 in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
+                 per_worker: Optional[dict] = None, resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S):
+        """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
+        trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None)."""
+        self.cfg, self.address = cfg, address
+        self.out = out if out is not None else sys.stdout  # now, not when this module was imported
+        self.in_submitted_job, self.callbacks = in_submitted_job, callbacks
+        self.owns_ray, self.per_worker = owns_ray, per_worker
+        self.resize_timeout_s = resize_timeout_s  # an elastic run's wait for the checkpoint before a resize
+        self.embedded_ray = owns_ray and not address
+
+    def train(self, records: runrecords.Records) -> None:
+        """in_submitted_job: this driver is a Ray job's entrypoint, whose runtime env already carries the user's
+        code. Raises LaunchError when the run failed (Ray Train used up its restarts)."""
+        from ray.train import ControllerError, TrainingFailedError
+
+        cfg, run_dir = self.cfg, records.run_dir
+        if self.owns_ray:
+            connected = connect_for(cfg, self.address, self.in_submitted_job)
+            console.info("connected", f"{connected}; run directory {run_dir}", out=self.out, run_dir=str(run_dir))
+        # Sized against what an autoscaler can still add, waiting for it (scaleup.py), else the nodes up now.
+        per_worker = self.per_worker or scaleup.size_on_cluster(cfg, alive_node_resources, out=self.out)
+        if cfg.scaling.elastic:
+            elastic.prepare(run_dir, records.control)
+        trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
+                                on_cluster=self.address is not None, resize_timeout_s=self.resize_timeout_s)
+        shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
+
+        s = cfg.scaling
+        shares = "/".join(str(cfg.batch_share(n)) for n in reversed(s.worker_counts))
+        batch = (f"Ray Train function {cfg.loop.path}" if loops.is_ray_train_loop(cfg) else
+                 f"global batch {cfg.train.batch_size} ({shares} per worker)")
+        console.info("training", f"training {cfg.run.name}: {s.describe_workers()} workers x {{{shape}}}, "
+                     f"{batch}", out=self.out,
+                     num_workers=s.num_workers, per_worker=per_worker)
+        if s.elastic:  # see raytrain.worker.elastic.ELASTIC_START_TIMEOUT_S; Ray Train hands it on to its controller
+            os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", elastic.ELASTIC_START_TIMEOUT_S)
+        # Ray Train propagates this variable from the driver to its controller and workers.
+        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
+        # A Ray Train function's reports count what it says (train.epochs is not its setting): no "of N".
+        progress = Progress(run_dir, 0 if loops.is_ray_train_loop(cfg) else cfg.train.epochs, self.out)
+        progress.start()
+        try:
+            trainer.fit()
+        except (TrainingFailedError, ControllerError) as err:  # Ray Train gave up; anything else is a bug
+            raise LaunchError(training_failed(err, cfg, run_dir)) from None
+        finally:
+            progress.stop()
+
+    def close(self) -> None:
+        if not self.owns_ray:
+            return
+        try:
+            import ray
+        except ImportError:
+            return
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def dataset_config(cfg: RunConfig) -> "Optional[object]":
+    """The TorchTrainer's DataConfig for a Ray Train function's run (None: Ray Train's default)."""
+    if not loops.is_ray_train_loop(cfg) or loops.DATASETS_TO_SPLIT not in cfg.loop.kwargs:
+        return None
+    import ray.train
+
+    return ray.train.DataConfig(datasets_to_split=cfg.loop.kwargs[loops.DATASETS_TO_SPLIT])

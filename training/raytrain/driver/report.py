@@ -1,0 +1,347 @@
+"""`raytrain report`: a PNG (and an HTML page embedding it) of one or more run directories: training and
+validation loss, validation accuracy and throughput per epoch, worker-group restarts and resumes (events.jsonl)
+marked on the curves, and each run's summary (config, status, checkpoints, duration).
+
+Several run directories share one plot, to compare runs; a `raytrain tune` directory (it holds tune.json) stands
+for its trials, the best one drawn bold. It reads only the files of the run layout (raytrain.rundir.runrecords), so it works
+on a finished run, a running one and one copied off the shared volume.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from raytrain.checkpoint import checkpoints
+from raytrain.rundir import runrecords, storage
+from raytrain.spec import components
+
+TUNE_FILE = "tune.json"
+
+
+class ReportError(Exception):
+    """The input is not something to report on; the message names the path and the fix."""
+
+
+@dataclass
+class RunData:
+    name: str
+    run_dir: Path
+    rows: list[dict]
+    events: list[dict]
+    result: Optional[dict]
+    config: dict
+    checkpoints: list[Path]
+    best: bool = False
+    params: dict = field(default_factory=dict)  # a tune trial's sampled keys
+
+    @property
+    def restarts(self) -> list[dict]:
+        """Worker-group starts after the first: each either resumed from a checkpoint or began again at epoch 1."""
+        return [e for e in self.events if e.get("event") == "start"][1:]
+
+    @property
+    def resizes(self) -> list[dict]:
+        """An elastic run's changes of worker count (raytrain.worker.elastic), each at the position its new group resumed."""
+        return [e for e in self.events if e.get("event") == "resize"]
+
+    @property
+    def status(self) -> str:
+        return self.result["status"] if self.result else "running (or stopped before it finished)"
+
+    @property
+    def duration_s(self) -> Optional[float]:
+        if self.result and "duration_s" in self.result:
+            return float(self.result["duration_s"])
+        times = [e["time"] for e in self.events if "time" in e]
+        return time.time() - min(times) if times else None
+
+
+def _read_config(run_dir: Path) -> dict:
+    path = run_dir / runrecords.CONFIG_FILE
+    if not path.is_file():
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ReportError(f"{path}: not valid YAML ({err.__class__.__name__}). Fix: restore the run's "
+                          f"config.yaml (it is written by `raytrain run`)") from None
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def load_run(run_dir: Path, name: Optional[str] = None) -> RunData:
+    run_dir = storage.as_path(run_dir)
+    if not run_dir.is_dir():
+        why = "is not a directory" if run_dir.exists() else "no such directory"
+        raise ReportError(f"{run_dir}: {why}. Fix: pass a run directory, STORAGE/NAME (e.g. runs/digits)")
+    markers = (runrecords.CONFIG_FILE, runrecords.METRICS_FILE, runrecords.RESULT_FILE)
+    if not any((run_dir / m).is_file() for m in markers):
+        raise ReportError(f"{run_dir} is not a raytrain run directory (it has none of {', '.join(markers)}). "
+                          f"Fix: pass STORAGE/NAME of a run started with `raytrain run`, `local` or `tune`")
+    try:
+        result = runrecords.read_result(run_dir)
+    except ValueError:
+        result = None  # being rewritten: read as still running
+    return RunData(name=name or run_dir.name, run_dir=run_dir, rows=runrecords.read_metrics(run_dir),
+                   events=runrecords.read_events(run_dir), result=result, config=_read_config(run_dir),
+                   checkpoints=checkpoints.committed(run_dir))
+
+
+def load_runs(paths: list[Path]) -> list[RunData]:
+    """The runs to draw: each path a run directory, or a tune directory standing for its trials."""
+    loaded: list[RunData] = []
+    for path in paths:
+        path = storage.as_path(path)
+        tune_file = path / TUNE_FILE
+        if tune_file.is_file():
+            loaded.extend(load_tune(tune_file))
+        else:
+            loaded.append(load_run(path))
+    return loaded
+
+
+def load_tune(tune_file: Path) -> list[RunData]:
+    import json
+
+    try:
+        summary = json.loads(tune_file.read_text())
+        trials = summary["trials"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ReportError(f"{tune_file}: unreadable ({err.__class__.__name__}). Fix: pass the trials' run "
+                          f"directories (STORAGE/NAME-trial-<id>) instead") from None
+    best_id = (summary.get("best") or {}).get("trial_id")
+    root, sweep = tune_file.parent.parent, tune_file.parent.name
+    found = []
+    for trial in trials:
+        trial_dir = root / f"{sweep}-trial-{trial['trial_id']}"
+        if not trial_dir.is_dir():
+            continue  # a trial that never started has no directory
+        run = load_run(trial_dir, name=f"trial {trial['trial_id']}")
+        run.best, run.params = trial["trial_id"] == best_id, dict(trial.get("params") or {})
+        found.append(run)
+    if not found:
+        raise ReportError(f"{tune_file}: none of its {len(trials)} trials has a run directory beside it "
+                          f"({storage}/{sweep}-trial-*). Fix: report on the trial directories where they are")
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------------
+# text
+
+
+def _fmt_duration(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def component_name(section: dict, name: str) -> str:
+    """What a stored config section trains with; configs stored before components name it with `name:`."""
+    path = section.get(components.COMPONENT_KEY) or section.get(components.LEGACY_NAME_KEY)
+    return components.short_name(components.canonical_path(str(path), name), name) if path else "?"
+
+
+def _ray_train_function(run: RunData) -> Optional[str]:
+    """The import path of a run's Ray Train function (raytrain.worker.raytrain_function), else None."""
+    loop = run.config.get("loop") or {}
+    return loop.get(components.COMPONENT_KEY) if isinstance(loop, dict) and "train_loop_config" in loop else None
+
+
+def _workers(scaling: dict) -> str:
+    count = scaling.get("num_workers", "?")
+    return f"{count[0]}..{count[-1]} (elastic)" if isinstance(count, list) and count else str(count)
+
+
+def config_line(run: RunData) -> str:
+    c = run.config
+    model, data, train, scaling = (c.get(k, {}) or {} for k in ("model", "data", "train", "scaling"))
+    function = _ray_train_function(run)
+    if function:
+        settings = ", ".join(f"{k}={v}" for k, v in (c["loop"].get("train_loop_config") or {}).items())
+        return f"Ray Train function {function}({settings[:120]}), {_workers(scaling)} workers"
+    parts = [f"{component_name(model, 'model')} on {component_name(data, 'data')}",
+             f"{train.get('optimizer', '?')} lr {train.get('lr', '?')}",
+             f"batch {train.get('batch_size', '?')}", f"{_workers(scaling)} workers"]
+    return ", ".join(parts)
+
+
+def _resize_text(event: dict) -> str:
+    epoch, step = event.get("epoch"), event.get("step")
+    where = f" at epoch {epoch + 1} step {step}" if isinstance(epoch, int) and isinstance(step, int) else ""
+    return f"{event.get('previous', '?')} -> {event.get('workers', '?')}{where}"
+
+
+def summary_lines(run: RunData) -> list[str]:
+    epochs = (run.config.get("train") or {}).get("epochs", "?")
+    done = run.rows[-1]["epoch"] if run.rows else 0
+    last = run.rows[-1] if run.rows else {}
+    of = "" if _ray_train_function(run) else f"/{epochs}"  # a Ray Train function counts its own epochs
+    lines = [f"{run.name}{'  (best)' if run.best else ''}: {run.status}, epoch {done}{of}, "
+             f"{_fmt_duration(run.duration_s)} (its last invocation)"]
+    if run.params:
+        lines.append("  " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in run.params.items()))
+    lines.append("  " + config_line(run) + f"  ({run.run_dir})")
+    scores = [f"{k} {last[k]:.4f}" for k in ("train_loss", "loss", "val_loss", "val_accuracy", "accuracy")
+              if isinstance(last.get(k), (int, float))]
+    if scores:
+        lines.append("  last: " + ", ".join(scores))
+    resumes = [e for e in run.restarts if e.get("resumed_from_epoch") is not None]
+    ckpt = f"{len(run.checkpoints)} checkpoint(s), newest {run.checkpoints[0].name}" if run.checkpoints else "no checkpoint"
+    lines.append(f"  {ckpt}; {len(run.restarts)} restart(s), {len(resumes)} resumed")
+    if run.resizes:
+        lines.append("  workers: " + ", ".join(map(_resize_text, run.resizes)))
+    if run.result and run.result.get("error"):
+        lines.append("  error: " + run.result["error"][:160])
+    if not run.rows:
+        lines.append("  no metrics yet (metrics.jsonl is empty or missing)")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------------------
+# drawing
+
+PANELS = (("loss", "Loss (solid: train, dashed: validation)"), ("val_accuracy", "Validation accuracy"),
+          ("samples_per_s", "Throughput (samples/s, all workers)"))
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    xs = [r["epoch"] for r in rows if key in r and r[key] is not None]
+    ys = [float(r[key]) for r in rows if key in r and r[key] is not None]
+    return xs, ys
+
+
+def draw(loaded: list[RunData], out: Path) -> Path:
+    """Write the PNG; returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    summaries = [line for run in loaded for line in summary_lines(run)]
+    text_height = 0.18 * len(summaries) + 0.4
+    fig = plt.figure(figsize=(13, 7.5 + text_height))
+    grid = fig.add_gridspec(3, 2, height_ratios=[3.2, 3.2, text_height], hspace=0.45, wspace=0.18)
+    axes = {"loss": fig.add_subplot(grid[0, 0]), "val_accuracy": fig.add_subplot(grid[0, 1]),
+            "samples_per_s": fig.add_subplot(grid[1, :])}
+    text_ax = fig.add_subplot(grid[2, :])
+    text_ax.axis("off")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    many = len(loaded) > 1
+    has = {key: False for key, _ in PANELS}
+    for i, run in enumerate(loaded):
+        color = colors[i % len(colors)]
+        width = 2.6 if run.best or not many else 1.3
+        alpha = 1.0 if run.best or not many else 0.75
+        marker = "o" if len(run.rows) <= 40 else None  # thousands of epochs: lines only
+        label = run.name + (" (best)" if run.best else "")
+        style = dict(color=color, linewidth=width, alpha=alpha, marker=marker, markersize=3.5,
+                     zorder=3 if run.best else 2)  # the best trial drawn over the others
+        # A Ray Train function's own "loss" and "accuracy" where the built-in names are absent.
+        loss = "train_loss" if any("train_loss" in r for r in run.rows) else "loss"
+        accuracy = "val_accuracy" if any("val_accuracy" in r for r in run.rows) else "accuracy"
+        for key, panel, dashed in ((loss, "loss", False), ("val_loss", "loss", True),
+                                   (accuracy, "val_accuracy", False), ("samples_per_s", "samples_per_s", False)):
+            xs, ys = _series(run.rows, key)
+            if not xs:
+                continue
+            has[panel] = True
+            if many:  # one colour per run, named once in the figure's legend
+                line_label = None if dashed else label
+                line_style = style
+            else:  # one run: validation in a colour of its own
+                line_label = {"train_loss": "train", "loss": "loss", "val_loss": "validation"}.get(key)
+                line_style = {**style, "color": colors[1]} if dashed else style
+            axes[panel].plot(xs, ys, linestyle="--" if dashed else "-", label=line_label, **line_style)
+        mark = color if many else "tab:red"  # one run: restarts in a colour no curve has
+        starts = [e for e in run.events if e.get("event") == "start"]
+        previous_size = starts[0].get("world_size") if starts else None
+        for event in run.restarts:
+            at = event.get("resumed_from_epoch")
+            x = (at if at is not None else 0) + 0.5
+            note = f"resumed from epoch {at}" if at is not None else "restarted from scratch"
+            if event.get("world_size") != previous_size and previous_size is not None:  # an elastic resize
+                note += f" on {event.get('world_size')} workers"
+            previous_size = event.get("world_size")
+            for ax in axes.values():
+                ax.axvline(x, color=mark, linestyle=":", linewidth=1.4, alpha=0.9)
+            axes["loss"].annotate(note, xy=(x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                                  va="top", ha="right", color=mark)
+        if run.best:
+            xs, ys = _series(run.rows, "val_accuracy")
+            if xs:
+                axes["val_accuracy"].annotate("best", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4),
+                                              fontsize=9, fontweight="bold", color=color)
+    if not many and has["loss"]:
+        axes["loss"].legend(fontsize=8, loc="upper right")
+    for key, title in PANELS:
+        ax = axes[key]
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_xlabel("epoch", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=8)
+        if not has[key]:
+            note = (f"no {key.replace('_', ' ')} in these runs" if any(run.rows for run in loaded)
+                    else "no metrics yet (no epoch finished)")
+            ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="gray")
+        else:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if has["val_accuracy"]:
+        axes["val_accuracy"].set_ylim(top=min(1.0, axes["val_accuracy"].get_ylim()[1]) + 0.02)
+    if many:
+        named = {}
+        for ax in axes.values():
+            for handle, name in zip(*ax.get_legend_handles_labels()):
+                named.setdefault(name, handle)
+        if named:
+            fig.legend(list(named.values()), list(named), loc="upper right", fontsize=8, ncol=min(4, len(named)))
+    text_ax.text(0, 1, "\n".join(summaries), va="top", ha="left", family="monospace", fontsize=8,
+                 transform=text_ax.transAxes)
+    title = loaded[0].name if not many else f"{len(loaded)} runs"
+    fig.suptitle(f"raytrain report: {title}", x=0.01, ha="left", fontsize=12, fontweight="bold")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
+def write_html(loaded: list[RunData], png: Path) -> Path:
+    page = png.with_suffix(".html")
+    image = base64.b64encode(png.read_bytes()).decode()
+    sections = []
+    for run in loaded:
+        config = (run.run_dir / runrecords.CONFIG_FILE)
+        config_text = config.read_text() if config.is_file() else "(no config.yaml)"
+        sections.append(f"<h2>{html.escape(run.name)}</h2><pre>{html.escape(chr(10).join(summary_lines(run)))}</pre>"
+                        f"<p>{html.escape(str(run.run_dir))}</p><details><summary>config.yaml</summary>"
+                        f"<pre>{html.escape(config_text)}</pre></details>")
+    page.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>raytrain report</title>"
+        "<style>body{font-family:sans-serif;margin:2em}pre{background:#f6f6f6;padding:.6em}</style></head><body>"
+        f"<h1>raytrain report</h1><img alt='training curves' style='max-width:100%' "
+        f"src='data:image/png;base64,{image}'>{''.join(sections)}</body></html>\n", encoding="utf-8")
+    return page
+
+
+def default_out(paths: list[Path]) -> Path:
+    one = len(paths) == 1 and not storage.is_remote(paths[0])  # beside a local run; else the current directory
+    return (Path(paths[0]) if one else Path.cwd()) / "report.png"
+
+
+def report(paths: list[Path], out: Optional[Path] = None) -> tuple[list[RunData], Path, Path]:
+    """Load, draw and write; returns (runs, png, html)."""
+    loaded = load_runs(paths)
+    png = Path(out) if out else default_out(paths)
+    if png.suffix.lower() != ".png":
+        raise ReportError(f"--out {png}: the report is a PNG. Fix: name the file *.png (the HTML page goes beside it)")
+    draw(loaded, png)
+    return loaded, png, write_html(loaded, png)

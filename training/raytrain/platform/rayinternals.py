@@ -1,0 +1,128 @@
+"""Every touch of a Ray internal, in one room: what raytrain reads or sets in Ray beyond its public API.
+
+Each function names what it relies on; tests/test_rayinternals.py checks each against the pinned Ray, so that a
+Ray upgrade that moves one is one failing test and one function to change here, not a search through the package.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+# Ray sets each actor process's title to ray::<Class>[.<method>]: Ray Train's worker actor class (v1 and v2).
+TRAIN_WORKER_TITLES = ("ray::RayTrainWorker", "ray::_RayTrainWorker")
+
+
+def quiet_report_logs() -> None:
+    """Ray Train logs every report at INFO on each worker, from a logger named after its module's file
+    (ray.train.v2._internal.execution.context); rank 0's per-epoch lines say the same, so keep them quiet."""
+    try:
+        from ray.train.v2._internal.execution import context as train_context
+    except ImportError:  # a Ray version that moved it: the lines are noise, not a failure
+        return
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
+
+
+def quiet_ray_thread_warning() -> None:
+    """ray.init from a thread other than the main one warns (logger ray._private.worker) that it leaves SIGTERM
+    alone: raytrain's attempt does that on purpose, so that the main thread owns the signals."""
+    logging.getLogger("ray._private.worker").addFilter(
+        lambda record: "SIGTERM handler is not set" not in record.getMessage())
+
+
+def this_node() -> Optional[tuple[str, Path]]:
+    """(this worker's Ray node id in hex, its session directory), or None outside a connected Ray worker
+    (ray._private.worker.global_worker.node.get_session_dir_path)."""
+    import ray
+    from ray._private import worker as ray_worker
+
+    if not ray.is_initialized():
+        return None
+    return ray.get_runtime_context().get_node_id(), Path(ray_worker.global_worker.node.get_session_dir_path())
+
+
+def node_is_draining(node_id: str) -> bool:
+    """Whether the GCS reports this node DRAINING, asking about this node only (InnerGcsClient.get_all_node_info
+    with a NodeSelector, the node's GcsNodeInfo.state_snapshot), not for the whole cluster's resource state: the
+    GCS's load stays one small reply per worker however many nodes there are."""
+    from ray import NodeID
+    from ray._private import worker as ray_worker
+    from ray.core.generated import gcs_pb2, gcs_service_pb2
+
+    selector = gcs_service_pb2.GetAllNodeInfoRequest.NodeSelector(node_id=NodeID.from_hex(node_id).binary())
+    infos = ray_worker.global_worker.gcs_client.get_all_node_info(timeout=2, node_selectors=[selector])
+    return any(info.state_snapshot.state == gcs_pb2.NodeSnapshot.State.DRAINING for info in infos.values())
+
+
+def drain_node(gcs_address: str, node_id: str, message: str, deadline_ms: int) -> tuple[bool, str]:
+    """Mark a node DRAINING in the GCS, as `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` does
+    (ray/scripts/scripts.py drain_node, through ray._raylet.GcsClient). (accepted, why not)."""
+    from ray._raylet import GcsClient
+    from ray.core.generated import autoscaler_pb2
+
+    accepted, rejection = GcsClient(address=gcs_address).drain_node(
+        node_id, autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"), message, deadline_ms)
+    return bool(accepted), rejection or ""
+
+
+# ------------------------------------------------------------------------------------------ raylets from /proc
+
+
+@dataclass
+class LocalRaylet:
+    """A raylet process visible here, read from its command line (node id, address, GCS, session directory): the
+    flags `ray start` gives the raylet binary (ray/_private/services.py start_raylet)."""
+    pid: int
+    node_id: str
+    node_ip: str
+    gcs_address: str
+    session_dir: str
+    temp_dir: str
+    is_head: bool
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    prefix = f"--{name}="
+    return next((part[len(prefix):] for part in cmd if part.startswith(prefix)), "")
+
+
+def local_raylets(table: dict) -> list[LocalRaylet]:
+    """Every raylet in a process table (raytrain.platform.processes.proc_table): in a pod (its own PID namespace) exactly
+    the pod's one."""
+    import os
+
+    found = []
+    for pid, (_, _, cmd) in table.items():
+        if not cmd or os.path.basename(cmd[0]) != "raylet" or not _flag(cmd, "node_id"):
+            continue
+        found.append(LocalRaylet(
+            pid=pid, node_id=_flag(cmd, "node_id"), node_ip=_flag(cmd, "node_ip_address"),
+            gcs_address=_flag(cmd, "gcs-address"), session_dir=_flag(cmd, "session_dir"),
+            temp_dir=_flag(cmd, "temp_dir"), is_head="node:__internal_head__" in _flag(cmd, "static_resource_list")))
+    return found
+
+
+def autoscaler_can_add_nodes() -> Optional[bool]:
+    """Whether an autoscaler that can add nodes watches this cluster. Ray starts a v1 monitor on every head (`ray
+    start --head`, an embedded `ray.init`) and it writes its status to the GCS's internal KV
+    (ray/autoscaler/_private/monitor.py, DEBUG_AUTOSCALING_STATUS); without an autoscaling config it only mirrors the
+    nodes, each as a node type of its own (util.py format_readonly_node_type), and can add none. KubeRay's
+    `enableInTreeAutoscaling` runs a real one (its sidecar; the node types are the groups), or v2, which sets its
+    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2). None while a v1 monitor has not reported yet (it
+    reports every AUTOSCALER_UPDATE_INTERVAL_S, 5 s by default, from the head's start)."""
+    import json
+
+    from ray._private import ray_constants
+    from ray.autoscaler._private.util import format_readonly_node_type
+    from ray.autoscaler.v2.utils import is_autoscaler_v2
+    from ray.experimental import internal_kv
+
+    status = internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
+    if status:
+        mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
+        return any(node_type != format_readonly_node_type(node) for node, node_type in mapping.items())
+    if is_autoscaler_v2(fetch_from_server=True):
+        return True
+    return None

@@ -1,0 +1,189 @@
+"""Elastic runs (`scaling.num_workers: [min, max]`) on Ray Train's own elasticity, with resizes that lose no step.
+
+What Ray Train 2.55 does (Train v2: ray/train/v2/_internal/execution/scaling_policy/elastic.py ElasticScalingPolicy,
+controller/controller.py):
+- a group (re)starts with as many workers as the nodes hold, capped at max; while fewer than min fit, it waits;
+- every `elastic_resize_monitor_interval_s` it looks at a running group again: when a different count fits, the
+  controller shuts the group down and starts one of the new size (`_execute_resize_decision`), killing the workers
+  wherever they are;
+- a lost node fails the group like any worker failure: the restart takes what fits then. A drained one (a deleted
+  pod's preStop hook, raytrain.worker.drain) checkpoints at its step first.
+
+The steps since the last checkpoint would be lost at that shutdown. `ResizeCheckpoint`, a controller callback,
+runs just before it (`before_controller_execute_resize_decision`, only for a running group): it writes a request
+into the run directory, which rank 0 reads at its step decisions as it reads a stop request (raytrain.worker.stepcontrol);
+every worker checkpoints at that step, rank 0 answers once the checkpoint has committed, and the workers hold
+there until the controller shuts them down. The new group resumes at that step: nothing is trained twice or lost.
+
+The batch and learning-rate rule: the global batch (`train.batch_size`) never changes; each of N workers takes
+batch_size / N per step (config.py refuses a batch that does not split evenly over every count in min..max), so
+the optimizer sees the same batches and the learning rate stays as configured. raytrain's ShardSampler splits an
+epoch's order by rank with a stride of N, so global step s always covers the same samples, whatever N: a resume
+on another count goes on exactly where the checkpoint was. Each worker's memory must hold batch_size / min.
+
+Every change of count is a `resize` event (from, to, epoch, step) written by the new group's rank 0, and a mark in
+`raytrain report`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+from raytrain.rundir import atomicfile, storage
+from raytrain.rundir.runcontrol import AttemptEnded, Control
+
+logger = logging.getLogger(__name__)
+
+REQUEST_FILE = "resize-request.json"
+HELD_FILE = "resize-held.json"
+# How long the controller waits for the running group's checkpoint before it resizes anyway (the steps since the
+# last checkpoint are then lost, as without raytrain): a step and one checkpoint write must fit.
+# The cli reads RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S.
+CHECKPOINT_TIMEOUT_S = 120.0
+# How long checkpointed workers wait to be shut down before they end the group themselves (a failure for Ray Train,
+# which restarts it from that checkpoint): only if the controller never resized, which its answer makes it do at once.
+HOLD_S = 600.0
+POLL_S = 0.2
+# Ray Train waits this long (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S, default 60 s) for a new group's workers. An
+# elastic start asks only for workers whose nodes are up, so a start that takes longer is one counted on a node
+# that has just gone (the AutoscalingCoordinator refreshes its view of the nodes every 20 s): give up on it sooner
+# and start again with what is left. An explicit value in the environment wins.
+ELASTIC_START_TIMEOUT_S = "30"
+
+
+class ResizeNotApplied(RuntimeError):
+    """A worker checkpointed for a resize that never came (see HOLD_S): the group ends and restarts from there."""
+
+
+def _write(path: Path, record: dict, control: Optional[Control]) -> None:
+    # Fenced where the writer is an attempt's controller: one that lost the run never overwrites the newer one's.
+    atomicfile.write_atomic(path, json.dumps(record), before_replace=control.check if control is not None else None)
+
+
+def prepare(run_dir: Path, control: Optional[Control] = None) -> None:
+    """Both files exist, as empty records, before any worker polls them (the driver, before training): a reader on
+    another node then always opens an existing name, which NFS's close-to-open consistency keeps current (a lookup
+    of a missing name may be cached for up to a minute: raytrain.rundir.lease). They are replaced, never deleted."""
+    for name in (REQUEST_FILE, HELD_FILE):
+        _write(storage.as_path(run_dir) / name, {"id": None}, control)
+
+
+def request(run_dir: Path, attempt: int, to_workers: int, control: Optional[Control] = None) -> str:
+    """The controller's request that the running group checkpoint at its next step and hold; returns its id."""
+    request_id = uuid.uuid4().hex
+    _write(storage.as_path(run_dir) / REQUEST_FILE, {"id": request_id, "attempt": attempt, "to": to_workers,
+                                          "time": time.time()}, control)
+    return request_id
+
+
+def pending(run_dir: Path, attempt: int, world_size: int) -> Optional[dict]:
+    """The request for this attempt's running group of `world_size` workers, or None. A request left behind for
+    a group of another attempt, or a resize to this very size (a new group reading an old request), is not one."""
+    data = atomicfile.read_record(storage.as_path(run_dir) / REQUEST_FILE)
+    if data is None or not isinstance(data.get("id"), str) or data.get("attempt") != attempt:
+        return None
+    to = data.get("to")
+    if not isinstance(to, int) or isinstance(to, bool) or to == world_size:
+        return None
+    return data
+
+
+def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: str = "resizing") -> None:
+    """Rank 0's answer: "resizing" once the resize step's checkpoint has committed (the workers hold from there);
+    or how the group ended otherwise (a stop, a drain, the loop's end) with a request still open, so that the
+    controller never waits out its timeout for an answer that cannot come."""
+    _write(storage.as_path(run_dir) / HELD_FILE, {"id": request_id, "checkpoint": checkpoint, "ending": ending,
+                                       "time": time.time()}, None)
+
+
+def answered(run_dir: Path, request_id: str) -> Optional[dict]:
+    """Rank 0's answer to this request ({"id", "checkpoint", "ending", "time"}), or None."""
+    data = atomicfile.read_record(storage.as_path(run_dir) / HELD_FILE)
+    return data if data is not None and data.get("id") == request_id else None
+
+
+def clear(run_dir: Path, control: Optional[Control] = None) -> None:
+    """Back to empty records (see prepare): the next group reads no request."""
+    try:
+        prepare(run_dir, control)
+    except (OSError, AttemptEnded):  # the next group ignores a request of another size or attempt anyway
+        pass
+
+
+def hold(seconds: float = HOLD_S) -> None:
+    """A checkpointed worker waits for the controller to shut its group down (it kills the worker); if that
+    never comes, it ends the group itself."""
+    time.sleep(seconds)
+    raise ResizeNotApplied(f"checkpointed for a resize that did not come within {seconds:.0f} s; the group ends and "
+                           f"resumes from that checkpoint")
+
+
+def wait_answered(run_dir: Path, request_id: str, timeout_s: float, poll_s: float = POLL_S) -> Optional[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = answered(run_dir, request_id)
+        if held is not None:
+            return held
+        time.sleep(poll_s)
+    return answered(run_dir, request_id)
+
+
+def resize_checkpoint_callback(run_dir: Path, attempt: int, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> Any:
+    """The controller callback (see the module's doc). Made here so that Ray Train's internals are imported only on
+    the driver of an elastic run."""
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+    from ray.train.v2._internal.execution.controller.state import ResizingState
+
+    class ResizeCheckpoint(ControllerCallback):
+        def __init__(self) -> None:
+            self.resizing_running_group = False
+
+        def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
+            # Running -> Resizing -> Scheduling, then the resize decision (controller.py _step): ResizingState
+            # comes only from a running group. A (re)start after a failure reaches Scheduling from elsewhere and
+            # has no group to checkpoint.
+            self.resizing_running_group = isinstance(previous_state, ResizingState)
+
+        def before_controller_execute_resize_decision(self, resize_decision: Any) -> None:
+            if not self.resizing_running_group:
+                return
+            self.resizing_running_group = False
+            try:
+                self._checkpoint_first(int(resize_decision.num_workers))
+            except Exception as err:  # never fail the controller over it: resize as Ray Train would
+                logger.warning("raytrain: the checkpoint before the resize failed (%s); resizing anyway", err)
+
+        def _checkpoint_first(self, to_workers: int) -> None:
+            from raytrain.rundir import runrecords
+            from raytrain.rundir.runcontrol import WorkerControl
+
+            control = WorkerControl(run_dir, attempt)  # fenced: this attempt's run only
+            records = runrecords.Records(run_dir, control)
+            try:
+                request_id = request(run_dir, attempt, to_workers, control)
+            except AttemptEnded:  # a newer attempt holds the run: it is not ours to checkpoint
+                return
+            try:
+                held = wait_answered(run_dir, request_id, timeout_s)
+                if held is not None and held.get("ending") == "resizing":
+                    records.append_event("resizing", workers=to_workers, checkpoint=held.get("checkpoint"),
+                                         message=f"Ray Train resizes the worker group to {to_workers} workers; it "
+                                                 f"checkpointed at its step ({held.get('checkpoint')}) first")
+                elif held is None:
+                    records.append_event(
+                        "warning", message=f"the workers did not checkpoint within {timeout_s:.0f} s of Ray Train's "
+                                           f"resize to {to_workers} workers; resized anyway (the steps since the last "
+                                           f"checkpoint train again). Fix: raise RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S "
+                                           f"(on the driver) above one step plus one checkpoint write.")
+                # else: the group ended another way (stopped, drained, done) and said so: nothing to add
+            except AttemptEnded:
+                return
+            finally:
+                clear(run_dir, control)
+
+    return ResizeCheckpoint()

@@ -1,0 +1,247 @@
+"""The Ray Train function contract: a `train_func(config)` written against `ray.train` runs under raytrain unchanged.
+
+A run config names it the way TorchTrainer takes it, and needs no model or data section:
+
+    loop:
+      _component_: my_project.train:train_func     # train_func(config), or train_func() with no parameter
+      train_loop_config: {lr: 0.01, epochs: 3}      # what TorchTrainer's train_loop_config would be
+      datasets_to_split: [train]                    # optional: TorchTrainer's DataConfig(datasets_to_split=...)
+    data: {_component_: my_project.data:datasets, loader: ray}   # optional: {name: ray.data.Dataset}, whose
+                                                    # shards ray.train.get_dataset_shard(name) returns
+
+config.py recognises such a loop: its callable takes no parameter, or exactly one named `config` (with the key
+`train_loop_config` present, one positional parameter of any name), and its section holds nothing but
+`train_loop_config`, a mapping. The function runs on every Ray Train worker (`raytrain run`, a RayJob, `raytrain
+emulate`: the same worker entry as a raytrain.Session loop), with `ray.train.report` and `ray.train.get_checkpoint`
+replaced, in that worker process only and before the function's module is imported (so `ray.train.report(...)`,
+`train.report(...)` and `from ray.train import report` all get them), by raytrain's:
+
+- `report(metrics, checkpoint=None, ...)`, called by every worker as Ray Train asks: rank 0 appends a metrics row to
+  metrics.jsonl (`epoch`: the `epoch` the function reported when it is an integer, else a running count of its
+  reports that continues across resumes); a reported checkpoint directory is copied into a staging directory
+  (every worker's reported files, as Ray Train merges them; each file's sha256 computed while it is copied),
+  named in a manifest and committed by the same fenced rename and pruning as raytrain's own checkpoints
+  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept). Then Ray Train's own `report(metrics)`
+  (no checkpoint: Ray Train and Ray Tune see the metrics, raytrain keeps the files). Then the step control's
+  synced decision: a graceful stop (SIGTERM, a deleted pod or job), a draining node or a lost lease ends the
+  attempt here, at the function's next report. A report every N steps is the user's knob for how soon that is;
+  a function that never reports runs to its end (or until the pod's grace period runs out).
+- `get_checkpoint()`: a `ray.train.Checkpoint` of the newest complete committed checkpoint of this NAME/STORAGE
+  (its files as the function reported them), or None on a fresh run: after any restart, retry or resubmission.
+  The newest is verified (its files' hashes) by rank 0 when the worker group starts; a damaged one is skipped with
+  a warning, falling back to the one before.
+
+What differs from TorchTrainer: Ray Train's own checkpoint storage is not used (raytrain commits the files into
+STORAGE/NAME; `checkpoint_dir_name`, upload modes and `validation` are not passed on); a stop acts at a report, not
+at a step; metrics.jsonl keeps rank 0's metrics. Resume rules: the loop section (or the function, as an attribute)
+may declare `fixed_on_resume` (patterns of the run config, e.g. [loop.train_loop_config.hidden_size]: a resume that
+changes them is refused, naming them); `applied_on_resume` is refused (the function restores its own optimizer). `raytrain local` refuses such a function: it needs Ray Train's
+worker context (use `raytrain run`, which starts an embedded Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from raytrain.checkpoint import checkpoints
+from raytrain.checkpoint.checkpoints import Position
+from raytrain.parallel import collectives
+from raytrain.rundir import runrecords
+from raytrain.rundir.runcontrol import AttemptEnded, Ending
+from raytrain.spec import loops
+from raytrain.spec.loops import TRAIN_LOOP_CONFIG
+
+# Typed loosely: config.py and session.py import this module (RunConfig, raytrain.worker.session.Session).
+RunConfig = Session = Any
+
+# ----------------------------------------------------------------------------------------------------------
+# the worker side
+
+
+class Bridge:
+    """raytrain's report/get_checkpoint for one worker of a worker group running a Ray Train function."""
+
+    def __init__(self, session: Session, real_report: Callable[..., Any]):
+        self.session = session
+        self.real_report = real_report
+        self.offer: Optional[Path] = None  # the checkpoint get_checkpoint() returns
+        self.offer_position: Optional[Position] = None
+        self.asked = False  # the function called get_checkpoint()
+        self.next_count = 1
+        self.began = time.perf_counter()
+
+    # -- the group's start
+
+    def start(self) -> None:
+        """Choose the newest complete checkpoint (rank 0 verifies it and names it to the others); drop metrics rows
+        past it (they are trained again); number the reports on from it."""
+        session = self.session
+        chosen = collectives.broadcast_from_rank0(self._newest_verified() if session.is_rank_zero else None,
+                                                  session.rank)
+        if chosen is not None:
+            self.offer = session.run_dir / chosen
+            self.offer_position = checkpoints.position_of(self.offer)
+        epoch = self.offer_position.epoch if self.offer_position is not None else None
+        if session.is_rank_zero:  # with no checkpoint every row goes, an epoch 0 a function reported included
+            session.records.truncate_metrics(-1 if epoch is None else epoch)
+        self.next_count = max(epoch or 0, 0) + 1
+
+    def _newest_verified(self) -> Optional[str]:
+        records = self.session.records
+        for path in checkpoints.committed(self.session.run_dir):
+            why = checkpoints.incomplete_reason(path)
+            if why is None:
+                try:
+                    checkpoints.verify_hash(path)
+                    return path.name
+                except checkpoints.CheckpointUnreadable as err:
+                    why = str(err)
+            records.append_event("warning", message=f"checkpoint {path.name} is unreadable: {why}; falling back "
+                                                    f"to the one before")
+        return None
+
+    def _announce(self) -> None:
+        session = self.session
+        if session._announced:
+            return
+        if self.asked and self.offer_position is not None:
+            session.resumed_from_epoch = self.offer_position.epoch
+        elif self.offer is not None and session.is_rank_zero:
+            session.records.append_event(
+                "warning", message=f"the function did not call ray.train.get_checkpoint() before its first report, "
+                                   f"so it started from its own beginning although checkpoint {self.offer.name} "
+                                   f"exists; its reports are numbered on from {self.next_count}")
+        session._announce()
+
+    # -- ray.train.get_checkpoint
+
+    def get_checkpoint(self) -> Any:
+        import ray.train
+
+        first = not self.asked
+        self.asked = True
+        if self.offer is None:
+            return None
+        if first and not self.session._announced and self.session.is_rank_zero:
+            assert self.offer_position is not None
+            self.session.records.append_event("restored", checkpoint=self.offer.name, epoch=self.offer_position.epoch,
+                                              step=0, applied={})
+        return ray.train.Checkpoint(str(self.offer / checkpoints.DATA_DIR))
+
+    # -- ray.train.report
+
+    def report(self, metrics: Mapping[str, Any], checkpoint: Any = None, checkpoint_dir_name: Optional[str] = None,
+               *args: Any, **kwargs: Any) -> None:
+        self._announce()
+        session = self.session
+        metrics = dict(metrics or {})
+        reported = metrics.get("epoch")
+        epoch = reported if isinstance(reported, int) and not isinstance(reported, bool) else self.next_count
+        self.next_count = epoch + 1
+        row = {**{str(k): runrecords.plain_number(v) for k, v in metrics.items()}, "epoch": epoch,
+               "resumed_from_epoch": session.resumed_from_epoch}
+        if session.is_rank_zero:
+            session.records.append_metrics(row)
+        telemetry = getattr(session, "telemetry", None)
+        if telemetry is not None:
+            telemetry.epoch_end(row, 0, time.perf_counter() - self.began)
+        committed = self._commit(Position(epoch), checkpoint)
+        if committed is not None:
+            self.offer, self.offer_position = committed, checkpoints.position_of(committed)
+            if session._steps is not None:
+                session._steps.checkpointed()
+            session._checkpointed()
+        self.began = time.perf_counter()
+        self.real_report(metrics)  # Ray Train's and Ray Tune's view; the files stay raytrain's
+        if session._steps is None:
+            return
+        decision = session._steps.decide(at_epoch_end=True)
+        if decision.ending is Ending.LEASE_LOST:
+            raise AttemptEnded(Ending.LEASE_LOST, decision.reason or "the lease was lost")
+        if decision.ending is not None:
+            session._end(decision.ending, decision.reason or "stop requested")
+
+    def _commit(self, position: Position, checkpoint: Any) -> Optional[Path]:
+        """Every worker's reported files into one staging directory, then rank 0's fenced commit."""
+        session = self.session
+        # Rank 0's report names the checkpoint and its position (the others may report other metrics).
+        name, epoch = collectives.broadcast_from_rank0(
+            (checkpoints.checkpoint_dir_name(position), position.epoch) if session.is_rank_zero else None, session.rank)
+        position = Position(epoch)
+        checkpointer = session.checkpointer
+        staging = checkpointer.staging_path(name)
+        files: dict[str, dict] = {}
+        if checkpoint is not None:
+            session.control.check()  # a worker of an attempt that lost the run does not even copy
+            with checkpoint.as_directory() as source:
+                files = checkpoints.copy_tree_hashed(Path(source), staging / checkpoints.DATA_DIR)
+        gathered = collectives.gather_all((checkpoint is not None, files))
+        if not any(reported for reported, _ in gathered):
+            return None
+        if not session.is_rank_zero:
+            return session.run_dir / name
+        merged: dict[str, dict] = {}
+        for _, worker_files in gathered:
+            for relative, entry in worker_files.items():
+                if relative in merged and merged[relative]["sha256"] != entry["sha256"]:
+                    # Two workers reported different files under one name: whichever landed last is on disk.
+                    path = staging / checkpoints.DATA_DIR / relative
+                    entry = {"size": path.stat().st_size, "sha256": checkpoints._file_digest(path)}
+                merged[relative] = entry
+        config = session.config.to_dict()
+        return checkpointer.commit(name, lambda: checkpoints.write_directory_manifest(
+            staging, position, merged, config=config, attempt=session.control.token))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# installing it in a worker process
+
+
+_bridge: Optional[Bridge] = None
+_originals: dict[str, Any] = {}
+
+
+def _report(metrics: Mapping[str, Any], checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
+    if _bridge is None:
+        raise RuntimeError("raytrain's ray.train.report was called outside a raytrain worker group")
+    _bridge.report(metrics, checkpoint, *args, **kwargs)
+
+
+def _get_checkpoint() -> Any:
+    if _bridge is None:
+        return None
+    return _bridge.get_checkpoint()
+
+
+def install() -> None:
+    """Put raytrain's report and get_checkpoint in place of ray.train's, in this process. Call before the
+    function's module is imported (so that `from ray.train import report` binds raytrain's)."""
+    import ray.train
+
+    if "report" not in _originals:
+        _originals["report"] = ray.train.report
+        _originals["get_checkpoint"] = ray.train.get_checkpoint
+    _report.__doc__ = ray.train.report.__doc__
+    ray.train.report = _report
+    ray.train.get_checkpoint = _get_checkpoint
+
+
+def run(cfg: RunConfig, session: Session) -> Any:
+    """Call the run config's Ray Train function on this worker, with raytrain's report and get_checkpoint."""
+    global _bridge
+
+    install()
+    _bridge = Bridge(session, _originals["report"])
+    try:
+        _bridge.start()
+        target = cfg.loop.target
+        loop_config = dict(cfg.loop.kwargs.get(TRAIN_LOOP_CONFIG) or {})
+        parameters = loops.positional_parameters(target)
+        result = target(loop_config) if parameters else target()
+        _bridge._announce()  # a function that never reported still started
+        return result
+    finally:
+        _bridge = None

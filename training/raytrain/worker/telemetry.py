@@ -1,0 +1,143 @@
+"""Live training metrics through Ray's metrics API (`ray.util.metrics`), so that a run's curves reach the same
+Prometheus that scrapes Ray's own metrics (the chart's PodMonitor, Ray's service-discovery file) and the chart's
+Grafana dashboard (helm/raytrain-cluster/dashboards/raytrain.json).
+
+Ray exports each metric as `ray_<name>` (counters with a `_total` suffix) on every node's metrics port, with the
+labels given here plus Ray's own (SessionName, NodeAddress, WorkerId, ...). Run-level values come from rank 0
+only (tag `run`); per-worker values carry `rank` too.
+
+Nothing here runs per training step: the worker's raytrain.Session (so a user's own loop gets this too) calls
+`started` once per worker-group start, `epoch_end` once per epoch and `checkpointed` after each checkpoint; per step
+it only counts the samples of `batches("train")`. Restarts and resumes are counted from the run's events.jsonl
+(the durable record), not from in-process counters that a restarted worker would lose.
+
+Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values set since its last report, and the
+node's metrics agent forgets a gauge value once a scrape has read it. A value set once per epoch would reach
+Prometheus as a lone sample (and be lost if that scrape times out), so a daemon thread sets the last values again
+every REFRESH_S seconds, well inside Ray's report interval (10 s by default): a few calls a second, off the
+training thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from raytrain.checkpoint import checkpoints
+from raytrain.rundir import runrecords
+
+# name: (description, per worker). Exported as ray_<name>; RunTelemetry.COUNTERS get `_total` appended too.
+GAUGES = {
+    "raytrain_train_loss": ("Mean training loss of the last epoch (all workers)", False),
+    "raytrain_val_loss": ("Validation loss after the last epoch", False),
+    "raytrain_val_accuracy": ("Validation accuracy after the last epoch (classification tasks)", False),
+    "raytrain_epoch": ("Last epoch completed", False),
+    "raytrain_samples_per_second": ("Training samples per second of the last epoch, all workers together", False),
+    "raytrain_worker_samples_per_second": ("Training samples per second of the last epoch, this worker", True),
+    "raytrain_last_checkpoint_timestamp_seconds": ("Unix time of the run's newest checkpoint", False),
+    "raytrain_restarts": ("Worker-group starts of this run beyond the first (failures, re-submissions)", False),
+    "raytrain_resumes": ("Worker-group starts of this run that resumed from a checkpoint", False),
+}
+COUNTERS = {
+    "raytrain_steps": ("Optimizer steps taken by this worker", True),
+}
+REFRESH_S = 1.0
+
+
+def exported_names() -> list[str]:
+    """The names Prometheus sees (what the dashboard queries)."""
+    return [f"ray_{n}" for n in GAUGES] + [f"ray_{n}_total" for n in COUNTERS]
+
+
+class RunTelemetry:
+    """One per Ray Train worker: cheap calls at start, epoch end and checkpoint."""
+
+    def __init__(self, run_name: str, rank: int, per_worker_batch_size: int):
+        from ray.util.metrics import Counter, Gauge
+
+        self.rank_zero = rank == 0
+        self.batch_size = max(int(per_worker_batch_size), 1)
+        self.run_tags = {"run": run_name}
+        self.worker_tags = {"run": run_name, "rank": str(rank)}
+        self.metrics = {}
+        for name, (description, per_worker) in GAUGES.items():
+            self.metrics[name] = Gauge(name, description=description, tag_keys=("run", "rank") if per_worker else ("run",))
+        for name, (description, per_worker) in COUNTERS.items():
+            self.metrics[name] = Counter(name, description=description, tag_keys=("run", "rank") if per_worker else ("run",))
+        self._last: dict[tuple[str, bool], float] = {}  # (gauge, per worker) -> its last value
+        self._lock = threading.Lock()
+        threading.Thread(target=self._refresh, name="raytrain-telemetry", daemon=True).start()
+
+    def _set(self, name: str, value: float, per_worker: bool = False) -> None:
+        with self._lock:
+            self._last[(name, per_worker)] = float(value)
+            self.metrics[name].set(float(value), tags=self.worker_tags if per_worker else self.run_tags)
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(REFRESH_S)
+            with self._lock:
+                for (name, per_worker), value in self._last.items():
+                    self.metrics[name].set(value, tags=self.worker_tags if per_worker else self.run_tags)
+
+    def started(self, run_dir: Path, start_epoch: int) -> None:
+        """After rank 0 recorded this start in events.jsonl: restarts and resumes so far, the resume point."""
+        if not self.rank_zero:
+            return
+        starts = [e for e in runrecords.read_events(run_dir) if e.get("event") == "start"]
+        self._set("raytrain_restarts", max(len(starts) - 1, 0))
+        self._set("raytrain_resumes", sum(1 for e in starts if e.get("resumed_from_epoch") is not None))
+        self._set("raytrain_epoch", start_epoch - 1)
+        newest = checkpoint_time(run_dir)
+        if newest is not None:
+            self._set("raytrain_last_checkpoint_timestamp_seconds", newest)
+
+    def epoch_end(self, row: dict, local_samples: float, local_seconds: float) -> None:
+        """row: the epoch's metrics row (all workers); local_*: this worker's own training samples and seconds
+        (0 samples when a user's loop drew its batches without the session: no per-worker figures then)."""
+        if local_samples > 0:
+            self._set("raytrain_worker_samples_per_second", local_samples / max(local_seconds, 1e-9), per_worker=True)
+            # Every step but an epoch's last holds a full per-worker batch, so this is this worker's step count.
+            # (Ray's Counter refuses an increment of 0.)
+            self.metrics["raytrain_steps"].inc(math.ceil(local_samples / self.batch_size), tags=self.worker_tags)
+        if not self.rank_zero:
+            return
+        self._set("raytrain_epoch", row["epoch"])
+        # A user's loop reports what it has: each gauge is set only from a number in the row.
+        for key, gauge in (("train_loss", "raytrain_train_loss"), ("samples_per_s", "raytrain_samples_per_second"),
+                           ("val_loss", "raytrain_val_loss"), ("val_accuracy", "raytrain_val_accuracy")):
+            value = row.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._set(gauge, value)
+
+    def linger(self) -> None:
+        """Rank 0, once the loop has returned: keep the last values alive for one of Ray's metric reports, which a
+        worker sends every RAY_metrics_report_interval_ms (10 s by default) and not when it exits: without this
+        the last epoch's values may never reach Prometheus, and the dashboard would show the epoch before."""
+        if self.rank_zero:
+            time.sleep(report_interval_s() + REFRESH_S)
+
+    def checkpointed(self, when: Optional[float] = None) -> None:
+        if self.rank_zero:
+            self._set("raytrain_last_checkpoint_timestamp_seconds", time.time() if when is None else when)
+
+
+def report_interval_s() -> float:
+    """How often this Ray worker sends its metrics to the node's agent (Ray's RAY_metrics_report_interval_ms)."""
+    try:
+        return max(float(os.environ.get("RAY_metrics_report_interval_ms", "10000")) / 1000.0, 0.0)
+    except ValueError:
+        return 10.0
+
+
+def checkpoint_time(run_dir: Path) -> Optional[float]:
+    """When the run's newest checkpoint was written (its meta.json lands last), or None."""
+    for path in checkpoints.committed(run_dir):
+        meta = path / checkpoints.META_FILE
+        if meta.is_file():
+            return meta.stat().st_mtime
+    return None
