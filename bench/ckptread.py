@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Optional
 from bench.cluster import first_step_time, job_dir, probe_file, probed_config, resolved_preset
 from bench.harness import TARGETS, BenchSettings, figure, skipped
 from bench.workload import own_ray_env
+from raytrain.rundir import layout
 
 READ_CALLS = ("read", "pread64", "readv", "preadv", "preadv2")
 SPAWN_CALLS = ("clone", "clone3", "fork", "vfork")
@@ -220,7 +221,7 @@ def measure_side(side: str, work: Path, log: Callable[[str], None]) -> dict:
         if not newest:
             raise RuntimeError(f"{side}: the first run committed no checkpoint in {run_dir}")
         state = newest[0] / checkpoints.STATE_FILE
-        staging = newest[0].with_name(checkpoints.STAGING_PREFIX + newest[0].name) / checkpoints.STATE_FILE
+        staging = newest[0].with_name(layout.STAGING_PREFIX + newest[0].name) / checkpoints.STATE_FILE
         resumed_at = time.time()
         traced([*command, "--set", "train.epochs=3", "--set", "train.max_steps_per_epoch=2"], wd, trace_b)
         step = first_step_time(run_dir, resumed_at, 5, lambda: False)  # the run has ended: read once

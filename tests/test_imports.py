@@ -15,8 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "training" / "raytrain"
 REPO = PACKAGE.parent
 
 
-def module_name(path: Path) -> str:
-    parts = ["raytrain", *path.relative_to(PACKAGE).with_suffix("").parts]
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = ["raytrain", *path.relative_to(package).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -191,3 +191,95 @@ def test_commands_that_never_train_never_import_torch(argv):
     loaded = modules_loaded_by(*argv)
     assert "raytrain.cli" in loaded
     assert "torch" not in loaded and "raytrain.driver.raytrainer" not in loaded, argv
+
+
+# ---------------------------------------------------------------------------------------------- lazy imports
+# An import inside a function is for laziness, and laziness is for what is heavy: torch, Ray, the optional extras
+# (any third-party package but these light ones), or a raytrain module whose module-level imports reach one of
+# them. Every other import is at the top of its module. The command line (each command imports what it uses) and
+# the package's root (`raytrain.Session` resolved on first use, so `import raytrain` stays cheap) are lazy by design.
+LIGHT = {"yaml", "pydantic", "typing_extensions", "annotated_types"}
+LAZY_BY_DESIGN = ("raytrain", "raytrain.cli")
+
+
+def module_level_imports(path: Path, modules: set[str]) -> set[str]:
+    """What importing the module imports: its statements outside functions and classes, `if TYPE_CHECKING:` left out."""
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
+            elif isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def heavy_reached(module: str, paths: dict[str, Path], cache: dict[str, set[str]]) -> set[str]:
+    """The heavy top-level packages importing `module` loads (through raytrain's module-level imports)."""
+    if module in cache:
+        return cache[module]
+    cache[module] = set()  # a cycle adds nothing
+    parts = module.split(".")
+    heavy: set[str] = set()
+    for target in {*module_level_imports(paths[module], set(paths)), *(".".join(parts[:i]) for i in range(1, len(parts)))}:
+        root = target.split(".")[0]
+        if root == "raytrain":
+            if target in paths and target != module:
+                heavy |= heavy_reached(target, paths, cache)
+        elif root not in sys.stdlib_module_names and root not in LIGHT and root != "__future__":
+            heavy.add(root)
+    cache[module] = heavy
+    return heavy
+
+
+def needless_lazy_imports(package: Path) -> list[str]:
+    paths = {module_name(p, package): p for p in package.rglob("*.py")}
+    cache: dict[str, set[str]] = {}
+    found = []
+    for module, path in sorted(paths.items()):
+        if module in LAZY_BY_DESIGN or module.startswith("raytrain.cli."):
+            continue
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    targets = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                               for a in node.names]
+                else:
+                    continue
+                for target in targets:
+                    root = target.split(".")[0]
+                    heavy = (heavy_reached(target, paths, cache) if target in paths else set()) if root == "raytrain" \
+                        else ({root} if root not in sys.stdlib_module_names and root not in LIGHT else set())
+                    if not heavy:
+                        found.append(f"{path.relative_to(package.parent)}:{node.lineno} imports {target} lazily")
+    return found
+
+
+def test_lazy_imports_are_only_of_what_is_heavy():
+    assert needless_lazy_imports(PACKAGE) == []
+
+
+def test_needless_lazy_imports_are_found(tmp_path):
+    package = tmp_path / "raytrain"
+    (package / "room").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "room" / "__init__.py").write_text("")
+    (package / "room" / "light.py").write_text("import json\n")
+    (package / "room" / "heavy.py").write_text("import torch\n")
+    (package / "room" / "user.py").write_text(
+        "def f():\n    import os\n    import torch\n    from raytrain.room import heavy, light\n    import ray\n")
+    assert needless_lazy_imports(package) == ["raytrain/room/user.py:2 imports os lazily",
+                                              "raytrain/room/user.py:4 imports raytrain.room.light lazily"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.rundir import runrecords
+from raytrain.rundir import layout, runrecords
 from tests.support.cli import in_forked_child
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs-b5c662d"
@@ -28,4 +28,4 @@ def test_a_run_written_before_the_move_resumes_from_its_checkpoint(tmp_path, nam
     assert [row["epoch"] for row in runrecords.read_metrics(run_dir)] == [1, 2, 3]  # epochs 1-2 not trained again
     restored = [e for e in runrecords.read_events(run_dir) if e["event"] == "restored"]
     assert [e["epoch"] for e in restored] == [2], restored
-    assert json.loads((run_dir / runrecords.RESULT_FILE).read_text())["status"] == "succeeded"
+    assert json.loads((run_dir / layout.RESULT_FILE).read_text())["status"] == "succeeded"

@@ -927,3 +927,28 @@ def test_a_group_may_request_the_disk_its_tmp_needs():
     assert worker["requests"]["ephemeral-storage"] == worker["limits"]["ephemeral-storage"] == "30Gi"
     head = pod_specs(render_chart(CHART, (), S3_VALUES))["head"]["containers"][0]["resources"]
     assert "ephemeral-storage" not in head["requests"]
+
+
+# The Ray version an image carries against rayVersion: the chart's validateValues.imageRayVersion and the validator's
+# check_image_version (raytrain validate, on any RayCluster) are one rule written twice, held together here.
+IMAGES = [("registry.example/team/raytrain", tag) for tag in
+          ("0.1.0-ray2.55.1", "0.1.0-ray2.55.1-gpu", "0.1.0-ray2.54.0", "ray2.54.0", "latest", "xray2.54.0",
+           "0.1.0-ray2.54.0rc1", "v1-ray2.55.1", "2.54.0")] + [("rayproject/ray", "2.54.0"), ("rayproject/ray", "2.55.1"),
+                                                               ("rayproject/ray-ml", "2.54.0-py311")]
+
+
+@pytest.mark.parametrize("repository, tag", IMAGES)
+def test_the_chart_and_the_validator_agree_on_the_images_ray_version(repository, tag):
+    from raytrain.validator.problems import Doc
+    from raytrain.validator.raytrain_rules import check_image_version
+
+    doc = Doc("values.yaml", {"kind": "RayCluster", "metadata": {"name": "x"}})
+    refused_by_validator = bool(check_image_version(doc, "image", f"{repository}:{tag}", "2.55.1"))
+    try:
+        render_chart(CHART, (), {**S3_VALUES, "rayVersion": "2.55.1",
+                                 "image": {"repository": repository, "tag": tag}})
+        refused_by_chart = False
+    except ChartError as caught:
+        assert "rayVersion" in str(caught), str(caught)
+        refused_by_chart = True
+    assert refused_by_chart == refused_by_validator

@@ -14,7 +14,7 @@ import torch
 
 from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from tests.support.disk import small_disk
 
 

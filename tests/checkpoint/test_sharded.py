@@ -14,7 +14,9 @@ import torch
 from raytrain.checkpoint import checkpoints, export
 from raytrain.checkpoint.checkpoints import Position
 from raytrain.checkpoint.sharded import SHARDS_DIR, CheckpointWriteFailed, ShardedCheckpointer
-from raytrain.rundir.runcontrol import UNFENCED, AttemptEnded, Ending
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import layout
+from raytrain.rundir.runcontrol import UNFENCED
 from tests.support.disk import small_disk
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
@@ -124,7 +126,7 @@ def test_a_torn_write_is_never_loaded_and_the_next_holder_removes_it(tmp_path):
     saver = ShardedCheckpointer(tmp_path, keep=5)
     save(saver, model, optimizer, 1)
     committed = saver.wait()
-    torn = tmp_path / f"{checkpoints.STAGING_PREFIX}checkpoint_epoch000002_deadbeef"
+    torn = tmp_path / f"{layout.STAGING_PREFIX}checkpoint_epoch000002_deadbeef"
     shutil.copytree(committed / SHARDS_DIR, torn / SHARDS_DIR)
     loaded = ShardedCheckpointer(tmp_path).load_newest(lambda _: None, *trained(seed=4))
     assert loaded is not None and loaded.path == committed

@@ -19,8 +19,8 @@ from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.resume import ResumeRefused
 from raytrain.driver.localtrainer import train_local
 from raytrain.errors import ConfigError, RaytrainError
+from raytrain.rundir import layout, runrecords
 from raytrain.rundir import lease as leases
-from raytrain.rundir import runrecords
 from raytrain.spec.config import load_config
 from tests.support.disk import small_disk
 
@@ -53,8 +53,8 @@ def test_checkpoints_none_of_which_loads_refuse_the_start_and_are_kept(tmp_path)
 
 def test_a_truncated_metrics_file_is_named_on_resume(tmp_path, capsys):
     first = train_local(linear(tmp_path, "train.epochs=4"), out=io.StringIO())
-    rows = (first.run_dir / runrecords.METRICS_FILE).read_text().splitlines()
-    (first.run_dir / runrecords.METRICS_FILE).write_text("\n".join(rows[2:]) + "\n")  # epochs 1-2 gone
+    rows = (first.run_dir / layout.METRICS_FILE).read_text().splitlines()
+    (first.run_dir / layout.METRICS_FILE).write_text("\n".join(rows[2:]) + "\n")  # epochs 1-2 gone
     train_local(linear(tmp_path, "train.epochs=5"), out=io.StringIO())
     warnings = [e["message"] for e in runrecords.read_events(first.run_dir) if e["event"] == "warning"]
     assert any("lacks the rows of epoch(s) 1-2" in w for w in warnings), warnings

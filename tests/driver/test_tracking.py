@@ -14,8 +14,8 @@ import pytest
 
 from raytrain.driver import tracking
 from raytrain.errors import UsageError
-from raytrain.rundir import runrecords
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import layout, runrecords
 from raytrain.spec.config import load_config
 
 
@@ -150,7 +150,7 @@ def test_each_final_row_is_sent_once_across_syncs_and_attempts(tmp_path):
     second.finish(Ending.SUCCEEDED.value)
     assert tracker.sends == [[1, 2], [3, 4]] and tracker.closed == "succeeded"
     assert tracker.points[3]["train_loss"] == pytest.approx(2.0 / 3)  # the retrained row, not the dead attempt's
-    assert json.loads((tmp_path / tracking.TRACKING_FILE).read_text()) == {"mlflow": {"run_id": "run-1"}}
+    assert json.loads((tmp_path / layout.TRACKING_FILE).read_text()) == {"mlflow": {"run_id": "run-1"}}
 
 
 def test_a_stopped_attempt_sends_only_final_rows_at_its_end(tmp_path):
@@ -212,7 +212,7 @@ def test_an_attempt_that_lost_the_run_sends_and_writes_nothing(tmp_path):
     sync = syncer(tmp_path, tracker, fence).start()
     sync.finish(Ending.SUCCEEDED.value)
     assert tracker.sends == [] and tracker.closed is None and sync.fenced == "attempt 2 took the run over"
-    assert not (tmp_path / tracking.TRACKING_FILE).exists()
+    assert not (tmp_path / layout.TRACKING_FILE).exists()
 
 
 def test_the_syncer_thread_never_holds_up_the_caller(tmp_path):
@@ -272,7 +272,7 @@ def test_track_refuses_a_directory_without_a_tracker(raytrain, tmp_path, made, f
     run_dir = tmp_path / "run"
     if made is not None:
         run_dir.mkdir()
-        (run_dir / tracking.TRACKING_FILE).write_text(made)
+        (run_dir / layout.TRACKING_FILE).write_text(made)
     done = raytrain("track", str(run_dir))
     assert done.returncode == 2, done
     for fragment in fragments:

@@ -21,6 +21,7 @@ import torch
 
 from raytrain import models
 from raytrain.checkpoint import checkpoints
+from raytrain.rundir import layout
 from tests.support import checks
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ def kill_during_a_write(storage: Path, run_dir: Path, tries: int = 3, timeout: f
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 assert proc.poll() is None, proc.stdout.read()[-3000:]
-                staging = [p for p in run_dir.glob(f"{checkpoints.STAGING_PREFIX}*")
+                staging = [p for p in run_dir.glob(f"{layout.STAGING_PREFIX}*")
                            if (p / "shards").is_dir() and not (p / "shards" / ".metadata").exists()]
                 if staging and checkpoints.committed(run_dir):
                     break
@@ -89,7 +90,7 @@ def test_fsdp_killed_mid_write_resumes_on_another_worker_count_and_exports(tmp_p
     restored = [e for e in events if e["event"] == "restored"][-1]  # the last start's (a retried kill resumes too)
     assert restored["resharded_from"] == 2
     assert checkpoints.Position(restored["epoch"], restored["step"]) >= newest_before
-    assert not list(run_dir.glob(f"{checkpoints.STAGING_PREFIX}*"))
+    assert not list(run_dir.glob(f"{layout.STAGING_PREFIX}*"))
     newest = checkpoints.committed(run_dir)[0]
     meta = json.loads((newest / checkpoints.META_FILE).read_text())
     assert meta["kind"] == "sharded" and meta["world_size"] == 3

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from raytrain.checkpoint import checkpoints
-from raytrain.rundir import runrecords, storage
+from raytrain.rundir import layout, runrecords, storage
 from tests.support import checks
 
 pytestmark = pytest.mark.integration
@@ -81,6 +81,6 @@ def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_
     for name in ("config.yaml", "metrics.jsonl", "events.jsonl", "result.json", "results.jsonl", "lease.json"):
         assert f"runs/s3run/{name}" in keys
     assert any(key.startswith("runs/s3run/driver-logs/") for key in keys)  # the resumed driver's log, uploaded
-    history = [(r["status"], r["attempt"]) for r in runrecords.read_jsonl(run_dir / runrecords.RESULTS_HISTORY_FILE)]
+    history = [(r["status"], r["attempt"]) for r in runrecords.read_jsonl(run_dir / layout.RESULTS_HISTORY_FILE)]
     assert history == [("succeeded", 2)]
     assert json.loads((checkpoints.newest_complete(run_dir) / checkpoints.META_FILE).read_text())["epoch"] == 3

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from raytrain.cli import EXIT_OK, EXIT_USAGE, main
-from raytrain.rundir import console
+from raytrain.rundir import console, layout
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ def test_a_terminal_gets_one_redrawn_progress_line_and_the_copy_gets_plain_lines
     assert out.getvalue() == ("\r\033[K[###############...............] epoch 1/2  train_loss 1.0000"
                               "\r\033[K[##############################] epoch 2/2  train_loss 0.5000\n"
                               "raytrain: succeeded\n")
-    assert path.parent == tmp_path / "run" / console.DRIVER_LOGS_DIR and path.suffix == ".log"
+    assert path.parent == tmp_path / "run" / layout.DRIVER_LOGS_DIR and path.suffix == ".log"
     assert path.read_text().splitlines() == ["epoch 1/2  train_loss 1.0000", "epoch 2/2  train_loss 0.5000",
                                              "raytrain: succeeded"]
 
@@ -84,7 +84,7 @@ def test_the_cli_keeps_each_attempts_lines_in_the_run_directory(tmp_path, capsys
         assert main(["local", "linear", "--smoke-test", "--storage", str(storage), "--name", "lin",
                      "--log-format", "json"]) == EXIT_OK
         shown = capsys.readouterr().out.splitlines()
-        copies = sorted((storage / "lin" / console.DRIVER_LOGS_DIR).iterdir())
+        copies = sorted((storage / "lin" / layout.DRIVER_LOGS_DIR).iterdir())
         assert len(copies) == attempt
         kept = [line for path in copies for line in path.read_text().splitlines()][-len(shown):]
         assert kept == shown and json.loads(kept[-1])["event"] == "result"

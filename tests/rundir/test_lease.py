@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import layout, runrecords
 from raytrain.rundir import lease as leases
-from raytrain.rundir import runrecords
 from raytrain.rundir.lease import Lease, LeaseHeld, LeaseLost
-from raytrain.rundir.runcontrol import AttemptEnded, Ending, RunControl, WorkerControl
+from raytrain.rundir.runcontrol import RunControl, WorkerControl
 
 
 def test_a_second_start_is_refused_once_it_sees_the_holder_renew(tmp_path):
@@ -51,7 +52,7 @@ def test_a_holder_that_stopped_renewing_is_taken_over_at_its_expiry_without_a_fl
 
 def test_fenced_commits_of_a_lost_attempt_write_nothing(tmp_path):
     records = runrecords.Records(tmp_path, WorkerControl(tmp_path, 1))
-    (tmp_path / leases.LEASE_FILE).write_text(json.dumps(
+    (tmp_path / layout.LEASE_FILE).write_text(json.dumps(
         {"token": 2, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
     for commit in (lambda: records.append_metrics({"epoch": 1}),
                    lambda: records.write_result({"status": "succeeded"}),
@@ -59,7 +60,7 @@ def test_fenced_commits_of_a_lost_attempt_write_nothing(tmp_path):
         with pytest.raises(AttemptEnded) as ended:
             commit()
         assert ended.value.ending is Ending.LEASE_LOST
-    assert sorted(p.name for p in tmp_path.iterdir()) == [leases.LEASE_FILE]  # no file, no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [layout.LEASE_FILE]  # no file, no temporary left
 
 
 def test_renewal_keeps_a_live_holder_and_commits_carry_its_token(tmp_path):
@@ -75,18 +76,18 @@ def test_renewal_keeps_a_live_holder_and_commits_carry_its_token(tmp_path):
         control.release()
     assert runrecords.read_metrics(tmp_path) == [{"epoch": 1, "attempt": 1}]
     assert runrecords.read_result(tmp_path)["attempt"] == 1
-    assert [r["attempt"] for r in runrecords.read_jsonl(tmp_path / runrecords.RESULTS_HISTORY_FILE)] == [1]
+    assert [r["attempt"] for r in runrecords.read_jsonl(tmp_path / layout.RESULTS_HISTORY_FILE)] == [1]
 
 
 def test_claims_are_exclusive_so_tokens_only_grow(tmp_path):
-    (tmp_path / leases.CLAIMS_DIR).mkdir()
-    path = tmp_path / leases.CLAIMS_DIR / "7.json"
+    (tmp_path / layout.CLAIMS_DIR).mkdir()
+    path = tmp_path / layout.CLAIMS_DIR / "7.json"
     assert leases._create_exclusive(path, {"token": 7})
     assert not leases._create_exclusive(path, {"token": 7})
     assert json.loads(path.read_text()) == {"token": 7}
     # a claim with no lease.json yet (its claimant is about to write it) is the current holder: a start waits
     # for it, and takes over only once its claim is ttl_s old with no lease.json written
-    (tmp_path / leases.CLAIMS_DIR / "8.json").write_text(json.dumps(
+    (tmp_path / layout.CLAIMS_DIR / "8.json").write_text(json.dumps(
         {"token": 8, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 1}))
     assert leases.current_holder(tmp_path).token == 8
     told = []

@@ -16,10 +16,11 @@ import pytest
 
 from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import layout, runrecords, storage
 from raytrain.rundir import lease as leases
-from raytrain.rundir import runrecords, storage
 from raytrain.rundir.lease import Lease, LeaseHeld, LeaseLost
-from raytrain.rundir.runcontrol import AttemptEnded, Ending, RunControl, WorkerControl
+from raytrain.rundir.runcontrol import RunControl, WorkerControl
 from raytrain.rundir.storage import StorageError
 
 
@@ -84,7 +85,7 @@ def test_check_storage_probes_for_real_and_leaves_nothing(s3_server, s3_prefix):
 
 def test_claims_are_exclusive_under_racing_starts(s3_prefix):
     """Eight threads create the same claim at once: S3's If-None-Match lets exactly one win."""
-    path = run_dir(s3_prefix) / leases.CLAIMS_DIR / "1.json"
+    path = run_dir(s3_prefix) / layout.CLAIMS_DIR / "1.json"
     barrier, wins = threading.Barrier(8), []
 
     def contend(i: int) -> None:

@@ -10,10 +10,11 @@ import time
 
 import pytest
 
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import layout, runrecords
 from raytrain.rundir import lease as leases
-from raytrain.rundir import runrecords
 from raytrain.rundir.lease import Lease
-from raytrain.rundir.runcontrol import AttemptEnded, Ending, Phase, RunControl, WorkerControl
+from raytrain.rundir.runcontrol import Phase, RunControl, WorkerControl
 
 
 class SlowLease(Lease):
@@ -54,7 +55,7 @@ def test_a_takeover_is_never_read_as_a_stop_nor_a_stop_as_a_takeover(tmp_path):
     # a newer attempt's lease.json (even one that carries a stop of its own) means LEASE_LOST to the old workers
     record = {"token": token + 1, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(),
               "ttl_s": 30, "stop": "SIGTERM"}
-    (tmp_path / leases.LEASE_FILE).write_text(json.dumps(record))
+    (tmp_path / layout.LEASE_FILE).write_text(json.dumps(record))
     ending, reason = WorkerControl(tmp_path, token).poll()
     assert ending is Ending.LEASE_LOST and f"attempt {token + 1}" in reason
     assert WorkerControl(tmp_path, token + 1).poll() == (Ending.STOPPED, "SIGTERM")
@@ -66,7 +67,7 @@ def test_the_driver_sees_its_lease_lost_through_the_renewal_and_commits_nothing(
     control = RunControl.acquire(tmp_path, ttl_s=1.0, on_lost=lambda reason: lost.set())
     records = runrecords.Records(tmp_path, control)
     records.append_metrics({"epoch": 1})
-    (tmp_path / leases.CLAIMS_DIR / f"{control.token + 1}.json").write_text(json.dumps(
+    (tmp_path / layout.CLAIMS_DIR / f"{control.token + 1}.json").write_text(json.dumps(
         {"token": control.token + 1, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(),
          "ttl_s": 30}))
     assert lost.wait(3), "the renewal thread did not notice the newer claim"
@@ -90,4 +91,4 @@ def test_phases_stopping_lets_the_last_checkpoint_in_and_closed_refuses_everythi
             records.append_metrics({"epoch": 2})
     finally:
         control.release()
-    assert json.loads((tmp_path / leases.LEASE_FILE).read_text())["released"] is True
+    assert json.loads((tmp_path / layout.LEASE_FILE).read_text())["released"] is True

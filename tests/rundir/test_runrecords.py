@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from raytrain.rundir import runrecords
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import layout, runrecords
 
 
 @pytest.mark.parametrize("damage, why", [
@@ -16,7 +16,7 @@ from raytrain.rundir.runcontrol import AttemptEnded, Ending
     (b"[1, 2]\n", "a JSON list, not an object"),
 ])
 def test_a_damaged_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path, damage, why):
-    path = tmp_path / runrecords.METRICS_FILE
+    path = tmp_path / layout.METRICS_FILE
     path.write_bytes(b'{"epoch": 1}\n' + damage + b'{"epoch": 3}\n')
     warnings = []
     rows = runrecords.read_jsonl(path, warn=warnings.append)
@@ -25,7 +25,7 @@ def test_a_damaged_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path,
 
 
 def test_a_last_line_being_written_is_skipped_silently_and_rows_need_an_epoch(tmp_path, capsys):
-    (tmp_path / runrecords.METRICS_FILE).write_bytes(b'{"epoch": 1}\n{"epoch": "two"}\n{"epoch": 3}\n{"epo')
+    (tmp_path / layout.METRICS_FILE).write_bytes(b'{"epoch": 1}\n{"epoch": "two"}\n{"epoch": 3}\n{"epo')
     assert [r["epoch"] for r in runrecords.read_metrics(tmp_path)] == [1, 3]
     assert "without an integer epoch" in capsys.readouterr().err
     runrecords.Records(tmp_path).truncate_metrics(1)
@@ -45,8 +45,8 @@ def test_results_keep_every_attempts_record(tmp_path):
     records.write_result({"status": "succeeded", "epochs_completed": 6})
     records.write_result({"status": "failed", "epochs_completed": 6})
     assert runrecords.read_result(tmp_path)["status"] == "failed"
-    assert [r["status"] for r in runrecords.read_jsonl(tmp_path / runrecords.RESULTS_HISTORY_FILE)] == ["succeeded", "failed"]
-    (tmp_path / runrecords.RESULT_FILE).write_bytes(b"\x00\x00")
+    assert [r["status"] for r in runrecords.read_jsonl(tmp_path / layout.RESULTS_HISTORY_FILE)] == ["succeeded", "failed"]
+    (tmp_path / layout.RESULT_FILE).write_bytes(b"\x00\x00")
     assert runrecords.read_result(tmp_path) is None
 
 
@@ -75,4 +75,4 @@ def test_every_write_passes_the_fence_and_rows_carry_the_attempt(tmp_path):
         with pytest.raises(AttemptEnded):
             write()
     assert runrecords.read_metrics(tmp_path) == [{"epoch": 1, "attempt": 4}]
-    assert (tmp_path / runrecords.CONFIG_FILE).read_text() == "a: 1\n" and not (tmp_path / runrecords.RESULT_FILE).exists()
+    assert (tmp_path / layout.CONFIG_FILE).read_text() == "a: 1\n" and not (tmp_path / layout.RESULT_FILE).exists()

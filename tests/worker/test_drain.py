@@ -1,4 +1,5 @@
-"""`raytrain drain`'s reading of this machine's processes, and the workers' probe outside Ray. The drain itself
+"""`raytrain drain`'s reading of this machine's processes (raytrain.worker.prestop), and the workers' probe outside
+Ray (raytrain.worker.drain). The drain itself
 (GCS, preStop, a worker that ends) runs on a real local cluster in tests/integration/test_drain.py."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.worker import drain
+from raytrain.platform import rayinternals
+from raytrain.worker import drain, prestop
 
 RAYLET = "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet"
 
@@ -32,12 +34,12 @@ def raylet_cmd(ip: str, temp_dir: str, head: bool = False) -> list[str]:
     ([], False),
 ])
 def test_drivers_are_raytrain_run_and_tune(cmd, is_driver):
-    assert drain._is_driver(cmd) is is_driver
+    assert prestop._is_driver(cmd) is is_driver
 
 
 def test_a_raylet_is_read_from_its_command_line():
     table = {10: (1, 0.0, raylet_cmd("127.0.0.1", "/tmp/rtx/n0", head=True)), 11: (1, 0.0, ["/usr/bin/raylet"])}
-    [raylet] = drain.local_raylets(table)
+    [raylet] = rayinternals.local_raylets(table)
     assert (raylet.pid, raylet.node_ip, raylet.gcs_address, raylet.is_head) == (10, "127.0.0.1", "127.0.0.1:6379", True)
     assert drain.notice_path(raylet) == Path("/tmp/rtx/n0/session_1") / drain.NOTICE_NAME
     assert drain.this_raylet(table=table).pid == 10
@@ -61,14 +63,14 @@ def test_drivers_are_only_those_the_nodes_ray_started():
              30: (10, 0.0, ["ray::JobSupervisor"]), 31: (30, 0.0, ["python", "/v/raytrain", "run", "a.yaml"]),
              40: (1, 0.0, ["python", "/v/raytrain", "run", "b.yaml"]),  # someone else's driver
              50: (10, 0.0, ["ray::RayTrainWorker.run_train_fn"]), 60: (20, 0.0, ["ray::RayTrainWorker"])}
-    assert drain.training_processes(raylet, table) == {"drivers": [31], "workers": [50]}
-    assert drain.training_processes(None, table) == {"drivers": [], "workers": []}
+    assert prestop.training_processes(raylet, table) == {"drivers": [31], "workers": [50]}
+    assert prestop.training_processes(None, table) == {"drivers": [], "workers": []}
 
 
 # These name a temp dir no Ray node uses: on a shared machine they must never drain another session's Ray.
 def test_drain_without_a_ray_node_says_so_and_returns_at_once():
     lines: list[str] = []
-    outcome = drain.drain(5, temp_dir="/nonexistent/ray", say=lines.append)
+    outcome = prestop.drain(5, temp_dir="/nonexistent/ray", say=lines.append)
     assert outcome["node_ip"] is None and outcome["ended"] and outcome["waited_s"] < 5
     assert lines[0] == "no Ray node runs here; nothing to drain"
 
@@ -93,9 +95,9 @@ def test_a_gcs_that_is_gone_is_not_waited_for():
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         address = f"127.0.0.1:{listening.getsockname()[1]}"
-        assert drain.gcs_answers(address)
+        assert prestop.gcs_answers(address)
     started = time.monotonic()
-    assert not drain.gcs_answers(address)  # closed now: refused at once
+    assert not prestop.gcs_answers(address)  # closed now: refused at once
     assert time.monotonic() - started < 2
 
 
@@ -110,7 +112,7 @@ def test_the_hook_writes_to_the_ray_containers_own_stdout(tmp_path):
         while "ray start" not in Path(f"/proc/{pid1.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        stream = drain.container_log(pid1.pid)
+        stream = prestop.container_log(pid1.pid)
         assert stream is not None
         with stream:
             stream.write("raytrain: preStop: node drained\n")
@@ -118,5 +120,5 @@ def test_the_hook_writes_to_the_ray_containers_own_stdout(tmp_path):
     finally:
         pid1.kill()
         pid1.wait()
-    assert drain.container_log(os.getpid()) is None  # never our own stdout
-    assert drain.container_log(1) is None or "ray start" in Path("/proc/1/cmdline").read_text()
+    assert prestop.container_log(os.getpid()) is None  # never our own stdout
+    assert prestop.container_log(1) is None or "ray start" in Path("/proc/1/cmdline").read_text()

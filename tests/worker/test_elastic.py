@@ -13,9 +13,10 @@ import time
 import pytest
 import torch
 
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import build_optimizer
-from raytrain.rundir import runrecords
-from raytrain.rundir.runcontrol import AttemptEnded, Ending, UNFENCED
+from raytrain.rundir import layout, runrecords
+from raytrain.rundir.runcontrol import UNFENCED
 from raytrain.worker import elastic
 from raytrain.worker.stepcontrol import StepControl
 from tests.worker.test_session_steps import config, session_for
@@ -32,7 +33,7 @@ def test_a_request_reaches_its_attempts_group_and_no_other(tmp_path):
     assert elastic.answered(tmp_path, "another") is None
     elastic.clear(tmp_path)
     assert elastic.pending(tmp_path, 3, world_size=2) is None and elastic.answered(tmp_path, request_id) is None
-    assert (tmp_path / elastic.REQUEST_FILE).exists()  # emptied, never deleted (NFS: see elastic.prepare)
+    assert (tmp_path / layout.RESIZE_REQUEST_FILE).exists()  # emptied, never deleted (NFS: see elastic.prepare)
 
 
 @pytest.mark.parametrize("content", [
@@ -41,8 +42,8 @@ def test_a_request_reaches_its_attempts_group_and_no_other(tmp_path):
     b'{"id": "a", "attempt": 3, "to": true}', b'{"id": "a", "attempt": 3}', b'{"id": "a", "to": 2}',
 ])
 def test_a_damaged_request_or_answer_is_no_request(tmp_path, content):
-    (tmp_path / elastic.REQUEST_FILE).write_bytes(content)
-    (tmp_path / elastic.HELD_FILE).write_bytes(content)
+    (tmp_path / layout.RESIZE_REQUEST_FILE).write_bytes(content)
+    (tmp_path / layout.RESIZE_HELD_FILE).write_bytes(content)
     assert elastic.pending(tmp_path, 3, world_size=3) is None
     assert (elastic.answered(tmp_path, "a") is not None) == (b'"id": "a"' in content)  # an answer: its id alone
 
@@ -54,7 +55,7 @@ def test_random_bytes_never_raise(tmp_path):
         blob = bytes(rng.randrange(256) for _ in range(size))
         if rng.random() < 0.5:  # near-JSON as well
             blob = json.dumps({"id": "a", "attempt": 3, "to": rng.choice([2, "2", None, 2.0, [2]])}).encode()[:size or None]
-        (tmp_path / elastic.REQUEST_FILE).write_bytes(blob)
+        (tmp_path / layout.RESIZE_REQUEST_FILE).write_bytes(blob)
         result = elastic.pending(tmp_path, 3, world_size=3)
         assert result is None or (result["id"] == "a" and result["to"] == 2)
 
@@ -103,7 +104,7 @@ def test_the_session_checkpoints_at_the_step_answers_and_ends_for_the_resize(tmp
     [checkpoint] = session.run_dir.glob("checkpoint_*")
     meta = json.loads((checkpoint / "meta.json").read_text())
     assert (meta["epoch"], meta["step"]) == (0, trained) and 0 < trained < 8
-    held = json.loads((session.run_dir / elastic.HELD_FILE).read_text())
+    held = json.loads((session.run_dir / layout.RESIZE_HELD_FILE).read_text())
     assert held["id"] == request_id and held["checkpoint"] == checkpoint.name and held["ending"] == "resizing"
 
 
@@ -115,7 +116,7 @@ def test_a_group_that_ends_another_way_answers_an_open_request_with_its_ending(t
     elastic.prepare(session.run_dir)
     session._resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
     session.answer_resize("finished")  # no request open: nothing to answer
-    assert json.loads((session.run_dir / elastic.HELD_FILE).read_text()) == {"id": None}
+    assert json.loads((session.run_dir / layout.RESIZE_HELD_FILE).read_text()) == {"id": None}
     request_id = elastic.request(session.run_dir, 3, 2)
     session.answer_resize("stopped")
     held = elastic.answered(session.run_dir, request_id)
@@ -130,7 +131,7 @@ def test_a_fenced_request_is_refused_once_a_newer_attempt_holds_the_run(tmp_path
     elastic.prepare(tmp_path)
     with pytest.raises(AttemptEnded):
         elastic.request(tmp_path, 3, 2, WorkerControl(tmp_path, 3))
-    assert json.loads((tmp_path / elastic.REQUEST_FILE).read_text()) == {"id": None}  # the newer attempt's, intact
+    assert json.loads((tmp_path / layout.RESIZE_REQUEST_FILE).read_text()) == {"id": None}  # the newer attempt's, intact
     elastic.clear(tmp_path, WorkerControl(tmp_path, 3))  # refused quietly
 
 

@@ -18,8 +18,8 @@ from raytrain.checkpoint import checkpoints, resume
 from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
 from raytrain.driver import raytrainer
 from raytrain.errors import ConfigError
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.rundir import runrecords
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
 from raytrain.spec import loops
 from raytrain.spec.config import load_config
 from raytrain.worker import raytrain_function

@@ -12,10 +12,11 @@ import torch
 
 from raytrain.checkpoint import checkpoints
 from raytrain.driver.localtrainer import train_local
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import EpochStats, build_optimizer
+from raytrain.rundir import layout, runrecords
 from raytrain.rundir import lease as leases
-from raytrain.rundir import runrecords
-from raytrain.rundir.runcontrol import AttemptEnded, Ending, WorkerControl
+from raytrain.rundir.runcontrol import WorkerControl
 from raytrain.spec.config import load_config
 from raytrain.worker.localsession import LocalSession
 
@@ -97,20 +98,20 @@ def test_a_resume_applies_the_new_learning_rate_to_the_restored_optimizer(tmp_pa
 def test_an_attempt_that_lost_its_lease_commits_no_row_and_no_checkpoint(tmp_path):
     cfg = config(tmp_path, "train.epochs=1")
     session = session_for(cfg, token=1)
-    (session.run_dir / leases.LEASE_FILE).write_text(json.dumps(  # attempt 2 took the run over
+    (session.run_dir / layout.LEASE_FILE).write_text(json.dumps(  # attempt 2 took the run over
         {"token": 2, "host": "elsewhere", "pid": 7, "since": time.time(), "renewed": time.time(), "ttl_s": 30}))
     model = session.prepare_model(session.build_model())
     with pytest.raises(AttemptEnded, match="attempt 1 lost run directory") as ended:
         session.report(1, {"train_loss": 1.0}, model=model)
     assert ended.value.ending is Ending.LEASE_LOST
-    assert not (session.run_dir / runrecords.METRICS_FILE).exists()
+    assert not (session.run_dir / layout.METRICS_FILE).exists()
     assert not list(session.run_dir.glob("checkpoint_*"))
 
 
 def test_a_stop_request_checkpoints_at_the_next_step_and_ends_the_loop(tmp_path):
     cfg = config(tmp_path, "train.epochs=1")
     session = session_for(cfg, token=3)  # as a Ray Train worker of attempt 3 gets it
-    (session.run_dir / leases.LEASE_FILE).write_text(json.dumps(
+    (session.run_dir / layout.LEASE_FILE).write_text(json.dumps(
         {"token": 3, "host": "h", "pid": 1, "since": time.time(), "renewed": time.time(), "ttl_s": 30,
          "stop": "SIGTERM"}))
     model = session.prepare_model(session.build_model())

@@ -9,8 +9,10 @@ import time
 
 import torch
 
+from raytrain.lifecycle.endings import Ending
+from raytrain.rundir import layout
 from raytrain.rundir import lease as leases
-from raytrain.rundir.runcontrol import UNFENCED, Ending, WorkerControl
+from raytrain.rundir.runcontrol import UNFENCED, WorkerControl
 from raytrain.worker.stepcontrol import POLL_S, SYNC_S, StepControl
 
 
@@ -21,7 +23,7 @@ def boundary(tmp_path, **kw):
 
 def write_lease(tmp_path, token, stop=None):
     record = {"token": token, "host": "h", "pid": 1, "since": 0, "renewed": time.time(), "ttl_s": 30}
-    (tmp_path / leases.LEASE_FILE).write_text(json.dumps({**record, **({"stop": stop} if stop else {})}))
+    (tmp_path / layout.LEASE_FILE).write_text(json.dumps({**record, **({"stop": stop} if stop else {})}))
 
 
 def test_step_count_checkpoints_fall_on_their_steps(tmp_path):

@@ -12,11 +12,13 @@ May import: errors, spec, worker
 from __future__ import annotations
 
 import contextlib
+import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from raytrain.spec import components
 from raytrain.spec.sections import RunConfig
 from raytrain.worker.session import Session
 
@@ -86,8 +88,6 @@ def build_optimizer(cfg: RunConfig, model: "nn.Module") -> "torch.optim.Optimize
     train.lr, weight_decay and momentum."""
     import torch
 
-    from raytrain.spec import components
-
     if cfg.optimizer is not None:
         return components.instantiate(cfg.optimizer, model.parameters())
     t = cfg.train
@@ -99,7 +99,6 @@ def build_optimizer(cfg: RunConfig, model: "nn.Module") -> "torch.optim.Optimize
 
 def build_scheduler(cfg: RunConfig, optimizer: "torch.optim.Optimizer") -> Optional[Any]:
     """train.scheduler's component around the optimizer, or None."""
-    from raytrain.spec import components
 
     return components.instantiate(cfg.scheduler, optimizer) if cfg.scheduler is not None else None
 
@@ -265,7 +264,6 @@ def format_row(row: dict, epochs: int) -> str:
 
 def peak_rss_mb(session: Session) -> float:
     """The highest peak resident memory of any worker process so far, in MiB (the max over the workers)."""
-    import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
     return round(session.all_reduce([peak], op="max")[0], 1)

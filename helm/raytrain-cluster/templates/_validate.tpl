@@ -88,10 +88,15 @@ sharedStorage.nfs.path is set but neither sharedStorage.nfs.server nor sharedSto
 {{- end }}
 {{- end }}
 
-{{/* rayVersion is written once: an explicit image tag must carry the same Ray. */}}
+{{/* rayVersion is written once: an explicit image tag must carry the same Ray. The same rule as raytrain validate's
+check_image_version (tests/chart/test_chart.py holds them together): raytrain's "<version>-ray2.55.1[-gpu]", or
+rayproject/ray[-ml|-llm]:2.55.1[-...]. */}}
 {{- define "raytrain.validateValues.imageRayVersion" -}}
 {{- $tag := include "raytrain.imageTag" . }}
-{{- $imageRay := regexFind "ray[0-9]+[.][0-9]+[.][0-9]+" $tag | trimPrefix "ray" }}
+{{- $imageRay := regexFind "(^|-)ray[0-9]+[.][0-9]+[.][0-9]+" $tag | trimPrefix "-" | trimPrefix "ray" }}
+{{- if and (not $imageRay) (regexMatch "(^|/)ray(-ml|-llm)?$" .Values.image.repository) }}
+{{- $imageRay = regexFind "^[0-9]+[.][0-9]+[.][0-9]+" $tag }}
+{{- end }}
 {{- if and $imageRay (ne $imageRay (toString .Values.rayVersion)) }}
 image.tag {{ $tag | quote }} carries Ray {{ $imageRay }} but rayVersion is {{ .Values.rayVersion }}: make them agree (leave image.tag empty to derive it from rayVersion)
 {{- end }}

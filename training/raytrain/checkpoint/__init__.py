@@ -2,5 +2,5 @@
 sharded (torch.distributed.checkpoint) checkpointers, directory checkpoints a Ray Train function reports, the
 resume rules checked from the driver, and `raytrain export`.
 
-May import: errors, rundir, spec, parallel
+May import: errors, lifecycle, rundir, spec, parallel
 """

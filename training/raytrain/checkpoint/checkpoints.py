@@ -40,15 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from raytrain.rundir import storage
+from raytrain.rundir import layout, storage
 from raytrain.rundir.runcontrol import UNFENCED, Control
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 DATA_DIR = "data"  # a directory checkpoint's files, as the function reported them
 SHARDS_DIR = "shards"  # a sharded checkpoint's DCP files (raytrain.checkpoint.sharded)
-DIR_PREFIX = "checkpoint_"
-STAGING_PREFIX = ".staging-"
 FORMAT = 2
 
 
@@ -93,7 +91,7 @@ class Checkpointer(Protocol):
 def checkpoint_dir_name(position: Position) -> str:
     # Unique per save: a retrained position never overwrites (or is pruned together with) an older copy.
     at = f"_step{position.step:08d}" if position.step else ""
-    return f"{DIR_PREFIX}epoch{position.epoch:06d}{at}_{uuid.uuid4().hex[:8]}"
+    return f"{layout.CHECKPOINT_PREFIX}epoch{position.epoch:06d}{at}_{uuid.uuid4().hex[:8]}"
 
 
 class _HashingWriter(io.RawIOBase):
@@ -370,7 +368,7 @@ def position_of(directory: Path) -> Position:
 
 def _position_in_name(name: str) -> Position:
     """The position checkpoint_dir_name wrote into a checkpoint's name (Position(-1) for another name)."""
-    match = re.match(rf"{DIR_PREFIX}epoch(\d+)(?:_step(\d+))?", name)
+    match = re.match(rf"{layout.CHECKPOINT_PREFIX}epoch(\d+)(?:_step(\d+))?", name)
     return Position(int(match.group(1)), int(match.group(2) or 0)) if match else Position(-1)
 
 
@@ -380,7 +378,7 @@ def committed(run_dir: Path) -> list[Path]:
     run_dir = storage.as_path(run_dir)
     if storage.is_remote(run_dir):
         return _committed_in_object_store(run_dir)
-    found = [p for p in run_dir.glob(f"{DIR_PREFIX}*") if p.is_dir()]
+    found = [p for p in run_dir.glob(f"{layout.CHECKPOINT_PREFIX}*") if p.is_dir()]
 
     def key(path: Path) -> tuple:
         try:
@@ -407,7 +405,7 @@ def _checkpoint_prefixes(run_dir: Path) -> dict[str, Optional[float]]:
     prefixes: dict[str, Optional[float]] = {}
     for key, info in storage.list_tree(run_dir).items():
         parts = key.split("/")
-        if len(parts) >= 2 and parts[0].startswith(DIR_PREFIX):
+        if len(parts) >= 2 and parts[0].startswith(layout.CHECKPOINT_PREFIX):
             if len(parts) == 2 and parts[1] == META_FILE:
                 prefixes[parts[0]] = info.get("mtime", 0.0)
             else:
@@ -418,7 +416,7 @@ def _checkpoint_prefixes(run_dir: Path) -> dict[str, Optional[float]]:
 def staging_dirs(run_dir: Path) -> list[Path]:
     """Checkpoints provably never committed: staging directories; on an object store, prefixes without a manifest."""
     run_dir = storage.as_path(run_dir)
-    found = [p for p in run_dir.glob(f"{STAGING_PREFIX}{DIR_PREFIX}*") if p.is_dir()]
+    found = [p for p in run_dir.glob(f"{layout.STAGING_PREFIX}{layout.CHECKPOINT_PREFIX}*") if p.is_dir()]
     if storage.is_remote(run_dir):
         found += [run_dir / name for name, stamp in _checkpoint_prefixes(run_dir).items() if stamp is None]
     return sorted(found, key=lambda p: p.name)
@@ -474,9 +472,9 @@ class FileCheckpointer:
         """Where checkpoint `name` is written before its commit: in the run directory, or, on an object store,
         in a local directory (the commit uploads it)."""
         if not self.remote:
-            return self.run_dir / f"{STAGING_PREFIX}{name}"
+            return self.run_dir / f"{layout.STAGING_PREFIX}{name}"
         if name not in self._scratch:
-            self._scratch[name] = storage.scratch_dir("checkpoint") / f"{STAGING_PREFIX}{name}"
+            self._scratch[name] = storage.scratch_dir("checkpoint") / f"{layout.STAGING_PREFIX}{name}"
         return self._scratch[name]
 
     def commit(self, name: str, write: Callable[[], None]) -> Path:

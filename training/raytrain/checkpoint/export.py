@@ -27,14 +27,15 @@ def export(run_dir: Path, out: Optional[Path] = None) -> tuple[Path, Path]:
     """(the checkpoint exported, the file written)."""
     import torch
 
-    run_dir = storage.as_path(run_dir) if storage.is_remote(run_dir) else Path(run_dir).expanduser().absolute()
+    run_dir = storage.run_path(run_dir)
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir} is not a run directory. Fix: pass STORAGE/NAME of a run, e.g. runs/linear.")
     source, model, meta = _newest_model(run_dir)
     epoch, step = int(meta.get("epoch", -1)), int(meta.get("step") or 0)
     if out is None:
         # beside the run; for a run on an object store, in the current directory
-        out = (Path.cwd() if storage.is_remote(run_dir) else run_dir) / "exported" / f"model_epoch{epoch:06d}{f'_step{step:08d}' if step else ''}.pt"
+        name = f"model_epoch{epoch:06d}{f'_step{step:08d}' if step else ''}.pt"
+        out = storage.output_dir(run_dir) / "exported" / name
     out = Path(out).expanduser().absolute()
     partial = out.with_name(f".{out.name}.partial")
     try:

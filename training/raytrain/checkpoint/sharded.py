@@ -39,6 +39,8 @@ import json
 import os
 import shutil
 import threading
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -50,9 +52,10 @@ from torch.distributed.checkpoint.staging import BlockingAsyncStager
 
 from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import SHARDS_DIR, CheckpointUnreadable, Loaded, Position
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.parallel import collectives, sharding
 from raytrain.rundir import storage
-from raytrain.rundir.runcontrol import UNFENCED, AttemptEnded, Control, Ending
+from raytrain.rundir.runcontrol import UNFENCED, Control
 
 if TYPE_CHECKING:
     from torch import nn
@@ -89,7 +92,6 @@ class ShardedCheckpointer:
         self._stager: Any = None  # host memory the state is copied into, kept from one save to the next
         self.blocked_s: list[float] = []  # how long each save blocked training (benchmarks read it)
         if not collectives.in_group():  # one process (raytrain local, export) is what it should be: DCP need not say so
-            import warnings
 
             warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
 
@@ -98,7 +100,6 @@ class ShardedCheckpointer:
     def save(self, position: Position, model: "nn.Module", optimizer: Any, small_state: Callable[[], dict], *,
              config: dict) -> None:
         """Every worker at the same step. small_state(): the position, config and extra state (rank 0's is kept)."""
-        import time
 
         import torch.distributed.checkpoint as dcp
 
@@ -260,10 +261,10 @@ class ReusedHostBuffers(BlockingAsyncStager):
     def stage(self, state_dict: dict) -> dict:
         import torch
 
-        layout = _layout(state_dict)
-        if self.state_dict_cache is None or layout != self._cached_layout:
+        shape = _layout(state_dict)
+        if self.state_dict_cache is None or shape != self._cached_layout:
             self.state_dict_cache = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
-            self._cached_layout = layout
+            self._cached_layout = shape
         return _copy_state_dict(state_dict, self.state_dict_cache)
 
 

@@ -234,9 +234,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     from raytrain.driver.tracking import track
     from raytrain.rundir.runcontrol import RunControl
 
-    run_dir = storage.check_reachable(storage.as_path(args.run_dir), "raytrain track") if \
-        storage.is_remote(args.run_dir) else \
-        Path(args.run_dir).expanduser().absolute()
+    run_dir = storage.run_dir_for(args.run_dir, "raytrain track")
     if not run_dir.is_dir():
         raise UsageError(f"track: {run_dir} is not a run directory. Fix: give STORAGE/NAME of a run, e.g. runs/linear.")
     # Under the run's lease: an attempt that is training sends its own points, and a later one continues from these.
@@ -335,7 +333,7 @@ def _emulated_worker_nodes() -> Optional[int]:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """A Ray pod's preStop hook: drain this node, stop its raytrain drivers gracefully, wait for them (drain.py)."""
-    from raytrain.worker.drain import container_log, drain
+    from raytrain.worker.prestop import container_log, drain
 
     log = container_log()  # kubelet keeps no hook output: `kubectl logs` shows these lines only through it
 
@@ -369,8 +367,7 @@ def add_drain_command(sub) -> None:
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (cluster/vmnode.py)."""
-    from raytrain.cluster import localcluster, pods, vmnode
-    from raytrain.cluster import raynode
+    from raytrain.cluster import localcluster, pods, raynode, vmnode
     from raytrain.cluster.dashboard import alive_nodes, wait_dashboard
     from raytrain.cluster.raynode import ClusterError, Ports
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from raytrain.rundir import layout, storage
+
 
 class DataUnavailable(RuntimeError):
     """The data cannot be found or fetched; the message says how to provide it."""
@@ -57,11 +59,7 @@ def dataset_root(storage_path: str) -> Path:
     """Where datasets are prepared: STORAGE/datasets on a shared volume (prepared once, read by every node), or with
     object storage a local directory per node (TMPDIR/raytrain-local/datasets: each node prepares its own copy, as Ray
     Train's examples download into each worker's local disk)."""
-    from raytrain.rundir import storage
-
-    if storage.is_remote(storage_path):
-        return storage.local_root() / "datasets"
-    return Path(storage_path).absolute() / "datasets"
+    return storage.beside_on_this_node(storage_path, layout.DATASETS_DIR)
 
 
 def data_context(cfg) -> DataContext:

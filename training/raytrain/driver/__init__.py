@@ -2,5 +2,5 @@
 launcher (RayTrainer) and the one-process LocalTrainer, preflight before Ray, scale-up on an autoscaled cluster,
 Ray Tune sweeps, experiment tracking, and `raytrain report`.
 
-May import: errors, platform, rundir, data, spec, parallel, checkpoint, worker, loop, models
+May import: errors, platform, lifecycle, rundir, data, spec, parallel, checkpoint, worker, loop, models
 """

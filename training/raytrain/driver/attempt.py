@@ -23,6 +23,7 @@ reported as a training failure: its traceback is printed and kept in the run's d
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -36,9 +37,11 @@ from typing import Callable, Optional, Protocol, TextIO
 from raytrain.checkpoint import checkpoints
 from raytrain.driver import preflight, tracking
 from raytrain.errors import RaytrainError
-from raytrain.rundir import console, runrecords
+from raytrain.lifecycle.endings import REACTIONS, AttemptEnded, Ending
+from raytrain.platform.processes import kill_pids, process_start, tree_pids
+from raytrain.rundir import console, layout, runrecords
 from raytrain.rundir import lease as leases
-from raytrain.rundir.runcontrol import AttemptEnded, Ending, RunControl
+from raytrain.rundir.runcontrol import RunControl
 from raytrain.spec.sections import RunConfig
 
 # How long a stopping driver waits for its workers to checkpoint at their next step and end. Kubernetes gives a
@@ -109,9 +112,6 @@ def start_watchdog(driver_pid: int) -> subprocess.Popen:
 
 def watchdog(driver_pid: int, interval_s: float = 1.0) -> None:
     """The watchdog's body: remember the driver's descendants; when it dies, stop those still running."""
-    import selectors
-
-    from raytrain.platform.processes import kill_pids, process_start, tree_pids
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the driver; it tells us by its pipe
     selector = selectors.DefaultSelector()
@@ -170,7 +170,7 @@ class Attempt:
         try:
             log = console.copy_destination()
             self.say(f"attempt {control.token} holds run {self.cfg.run.name} (lease "
-                     f"{self.run_dir / leases.LEASE_FILE}" + (f", driver log {log}" if log else "") + ")",
+                     f"{self.run_dir / layout.LEASE_FILE}" + (f", driver log {log}" if log else "") + ")",
                      attempt=control.token)
             preflight.check_resume(self.cfg, records)
             preflight.start_run(self.cfg, records,
@@ -231,8 +231,8 @@ class Attempt:
                 self._end_watchdog(wait=True)  # stops Ray's processes, so that the result counts what they wrote
             return self._write(records, control, self._stopped(started))
         if isinstance(error, AttemptEnded):  # the loop ended itself the way a stop does (a local drain, say)
-            return self._write(records, control, summarize(self.run_dir, Ending.STOPPED.value, started,
-                                                           error.reason))
+            status = REACTIONS[error.ending].result or Ending.STOPPED
+            return self._write(records, control, summarize(self.run_dir, status.value, started, error.reason))
         if isinstance(error, RaytrainError):
             self._write(records, control, summarize(self.run_dir, Ending.FAILED.value, started, str(error)))
             raise error
@@ -252,7 +252,7 @@ class Attempt:
         try:
             records.write_result(result)
         except OSError as err:  # a full or read-only disk: the outcome is still said on the console
-            console.warning(f"could not write {self.run_dir / runrecords.RESULT_FILE}: {err.strerror or err}", out=self.out)
+            console.warning(f"could not write {self.run_dir / layout.RESULT_FILE}: {err.strerror or err}", out=self.out)
         if self.syncer is not None:  # after the result (a stopping pod's grace is short), while the run is still ours
             self.syncer.finish(result["status"])
         control.close(f"the attempt ended ({result['status']})")

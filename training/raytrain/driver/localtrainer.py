@@ -8,17 +8,20 @@ sharding, DDP). It is an attempt like `raytrain run`'s (raytrain.driver.attempt)
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Optional, TextIO
 
 from raytrain.driver.attempt import STOP_GRACE_S, Attempt, Outcome
 from raytrain.errors import LaunchError
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.loop import format_row
 from raytrain.rundir import console, runrecords
 from raytrain.rundir import lease as leases
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
 from raytrain.spec import components
 from raytrain.spec.sections import RunConfig
+from raytrain.worker.localsession import LocalSession
 
 
 class LocalTrainer:
@@ -31,8 +34,6 @@ class LocalTrainer:
         self.out = out if out is not None else sys.stdout  # now, not when this module was imported
 
     def train(self, records: runrecords.Records) -> None:
-        from raytrain.loop import format_row
-        from raytrain.worker.localsession import LocalSession
 
         cfg = self.cfg
         session = LocalSession(cfg, records.run_dir, os.cpu_count() or 1, control=records.control,
@@ -65,7 +66,6 @@ class LocalTrainer:
 
 def _on_storage(err: OSError, records: runrecords.Records) -> bool:
     """An OSError of the run directory's storage (full, read-only), not of the user's own files."""
-    import errno
 
     return err.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES) and str(records.run_dir) in str(
         err.filename or records.run_dir)

@@ -5,6 +5,7 @@ decide how the user's code reaches the workers.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import traceback
 import warnings
@@ -14,11 +15,12 @@ from typing import Callable, Optional
 from raytrain.checkpoint import checkpoints, resume
 from raytrain.data import DataUnavailable, data_context
 from raytrain.errors import ConfigError, LaunchError
-from raytrain.rundir import console, runrecords
-from raytrain.rundir import storage
+from raytrain.parallel import sharding
+from raytrain.rundir import console, layout, runrecords, storage
 from raytrain.rundir.runcontrol import RunControl
 from raytrain.rundir.storage import check_storage
 from raytrain.spec import components, workdir
+from raytrain.spec.build import build_loss, build_model, call_data_component, data_source
 from raytrain.spec.config import dump_yaml
 from raytrain.spec.sections import RunConfig
 
@@ -49,8 +51,6 @@ def check_model_builds(cfg: RunConfig) -> None:
     fails here, naming the model section, instead of in every worker after Ray Train's restarts."""
     import torch
 
-    from raytrain.spec.build import build_model
-
     if cfg.model is None:  # a loop that builds its own model: nothing to check here
         return
     try:
@@ -67,8 +67,6 @@ def check_model_builds(cfg: RunConfig) -> None:
                           f"{err.__class__.__name__}: {message}{components.innermost_site(err)}. Fix: correct the "
                           f"model section's values.") from None
     if cfg.scaling.strategy == "fsdp" or cfg.scaling.activation_checkpointing:
-        from raytrain.parallel import sharding
-
         sharding.check_units(model, cfg)  # FSDP units (and recomputed ones) are modules of the model
 
 
@@ -76,11 +74,8 @@ def _sample_pair(cfg: RunConfig):
     """One (input, target) of the training data as tensors, read as a map-style dataset (also for a source that
     feeds Ray Data, when it can feed torch too); None where the data gives no such item (a Ray-only source, an
     iterable dataset, items that are not pairs)."""
-    import dataclasses
 
     import torch
-
-    from raytrain.spec.build import data_source
 
     if cfg.data is None or cfg.model is None:  # a loop that builds its own: nothing to match here
         return None
@@ -115,8 +110,6 @@ def check_model_fits_data(cfg: RunConfig) -> None:
     compute): a model that does not fit the data (`model.in_features: 3` on one input feature) fails here, once,
     naming both sections, instead of at the first step of every worker and then through every restart."""
     import torch
-
-    from raytrain.spec.build import build_loss, build_model
 
     pair = _sample_pair(cfg)
     if pair is None:
@@ -194,7 +187,7 @@ def check_resume(cfg: RunConfig, records: runrecords.Records) -> resume.ResumePl
             f"train the new setup under another --name.")
     lost = resume.missing_rows(run_dir, plan.epoch) if plan.checkpoint is not None else []
     if lost:
-        warn(f"{run_dir / runrecords.METRICS_FILE} lacks the rows of epoch(s) {_ranges(lost)}, which the checkpoint "
+        warn(f"{run_dir / layout.METRICS_FILE} lacks the rows of epoch(s) {_ranges(lost)}, which the checkpoint "
              f"{plan.checkpoint.name} says were trained: the file was truncated or deleted. Training resumes after "
              f"epoch {plan.epoch}; those rows are not recovered (the checkpoint holds no metrics).")
     # Rows past the checkpoint this start resumes from will be trained again (all of them when it starts over).
@@ -238,7 +231,6 @@ def start_run(cfg: RunConfig, records: runrecords.Records, failure_record: Calla
 def prepare_data(cfg: RunConfig) -> None:
     """The data source's prepare hook, once, in the driver (downloads under a file lock): missing data fails here
     with the message saying how to provide it."""
-    from raytrain.spec.build import data_source
 
     source = data_source(cfg)
     if source is None:
@@ -253,7 +245,6 @@ def driver_datasets(cfg: RunConfig) -> Optional[dict]:
     """For `data.loader: ray`: the Ray Datasets, built in the driver and sharded by Ray Train."""
     if cfg.data is None or cfg.data.loader != "ray":
         return None
-    from raytrain.spec.build import call_data_component
 
     try:
         return call_data_component(cfg, data_context(cfg))

@@ -12,6 +12,7 @@ raytrain reports no checkpoints to Ray Train: the Session's checkpointer commits
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -23,13 +24,12 @@ from raytrain.checkpoint import checkpoints
 from raytrain.driver import preflight, scaleup
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
-from raytrain.rundir import console, runrecords, storage
+from raytrain.platform.rayinternals import quiet_ray_thread_warning
+from raytrain.rundir import console, layout, runrecords, storage
 from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
 from raytrain.worker import elastic
-
-RAY_TRAIN_DIR = ".ray-train"
-
+from raytrain.worker.raysession import worker_entry
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
 # waits for that poll. Half a second keeps checkpoints and failure detection prompt at negligible cost for the
@@ -58,7 +58,6 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
     """Join the cluster at `address`, or start an embedded local Ray. Returns a description for the log.
     runtime_env: what a joining driver ships (the user's code); code_dir: the user's project directory, which an
     embedded Ray's workers find through PYTHONPATH (they inherit this process's environment)."""
-    import logging
 
     import ray
 
@@ -70,7 +69,6 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
     # Ray 2.55 announces a future default with a FutureWarning on every init. We want today's behaviour (workers
     # that asked for no GPU see none), so the tip is noise here.
     warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
-    from raytrain.platform.rayinternals import quiet_ray_thread_warning
 
     quiet_ray_thread_warning()  # the attempt starts Ray from its body's thread on purpose
     if address:
@@ -170,8 +168,6 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from raytrain.worker.raysession import worker_entry
-
     code_dir = preflight.user_code_dir(cfg)
     s = cfg.scaling
     # An elastic run is Ray Train's own (raytrain.worker.elastic): num_workers=(min, max), and a controller callback that
@@ -201,9 +197,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
 def ray_train_storage(run_dir: Path) -> str:
     """Ray Train's own storage_path: nothing of the run's is kept there (raytrain commits its own checkpoints), so for
     a run on an object store it is a local directory rather than a second set of credentials for pyarrow's S3."""
-    if storage.is_remote(run_dir):
-        return str(storage.local_root() / RAY_TRAIN_DIR / run_dir.name)
-    return str(run_dir / RAY_TRAIN_DIR)
+    return str(storage.run_scratch(run_dir, layout.RAY_TRAIN_DIR))
 
 
 def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:

@@ -3,7 +3,7 @@ validation loss, validation accuracy and throughput per epoch, worker-group rest
 marked on the curves, and each run's summary (config, status, checkpoints, duration).
 
 Several run directories share one plot, to compare runs; a `raytrain tune` directory (it holds tune.json) stands
-for its trials, the best one drawn bold. It reads only the files of the run layout (raytrain.rundir.runrecords), so it works
+for its trials, the best one drawn bold. It reads only the files of the run layout (raytrain.rundir.layout), so it works
 on a finished run, a running one and one copied off the shared volume.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +20,8 @@ from typing import Optional
 import yaml
 
 from raytrain.checkpoint import checkpoints
-from raytrain.rundir import runrecords, storage
+from raytrain.rundir import layout, runrecords, storage
 from raytrain.spec import components
-
-TUNE_FILE = "tune.json"
 
 
 class ReportError(Exception):
@@ -64,7 +63,7 @@ class RunData:
 
 
 def _read_config(run_dir: Path) -> dict:
-    path = run_dir / runrecords.CONFIG_FILE
+    path = run_dir / layout.CONFIG_FILE
     if not path.is_file():
         return {}
     try:
@@ -80,7 +79,7 @@ def load_run(run_dir: Path, name: Optional[str] = None) -> RunData:
     if not run_dir.is_dir():
         why = "is not a directory" if run_dir.exists() else "no such directory"
         raise ReportError(f"{run_dir}: {why}. Fix: pass a run directory, STORAGE/NAME (e.g. runs/digits)")
-    markers = (runrecords.CONFIG_FILE, runrecords.METRICS_FILE, runrecords.RESULT_FILE)
+    markers = (layout.CONFIG_FILE, layout.METRICS_FILE, layout.RESULT_FILE)
     if not any((run_dir / m).is_file() for m in markers):
         raise ReportError(f"{run_dir} is not a raytrain run directory (it has none of {', '.join(markers)}). "
                           f"Fix: pass STORAGE/NAME of a run started with `raytrain run`, `local` or `tune`")
@@ -98,7 +97,7 @@ def load_runs(paths: list[Path]) -> list[RunData]:
     loaded: list[RunData] = []
     for path in paths:
         path = storage.as_path(path)
-        tune_file = path / TUNE_FILE
+        tune_file = path / layout.TUNE_FILE
         if tune_file.is_file():
             loaded.extend(load_tune(tune_file))
         else:
@@ -107,7 +106,6 @@ def load_runs(paths: list[Path]) -> list[RunData]:
 
 
 def load_tune(tune_file: Path) -> list[RunData]:
-    import json
 
     try:
         summary = json.loads(tune_file.read_text())
@@ -319,7 +317,7 @@ def write_html(loaded: list[RunData], png: Path) -> Path:
     image = base64.b64encode(png.read_bytes()).decode()
     sections = []
     for run in loaded:
-        config = (run.run_dir / runrecords.CONFIG_FILE)
+        config = (run.run_dir / layout.CONFIG_FILE)
         config_text = config.read_text() if config.is_file() else "(no config.yaml)"
         sections.append(f"<h2>{html.escape(run.name)}</h2><pre>{html.escape(chr(10).join(summary_lines(run)))}</pre>"
                         f"<p>{html.escape(str(run.run_dir))}</p><details><summary>config.yaml</summary>"
@@ -333,8 +331,7 @@ def write_html(loaded: list[RunData], png: Path) -> Path:
 
 
 def default_out(paths: list[Path]) -> Path:
-    one = len(paths) == 1 and not storage.is_remote(paths[0])  # beside a local run; else the current directory
-    return (Path(paths[0]) if one else Path.cwd()) / "report.png"
+    return (storage.output_dir(paths[0]) if len(paths) == 1 else Path.cwd()) / "report.png"
 
 
 def report(paths: list[Path], out: Optional[Path] = None) -> tuple[list[RunData], Path, Path]:

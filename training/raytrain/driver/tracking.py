@@ -25,6 +25,7 @@ files.read_record only.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -40,11 +41,10 @@ from typing import Any, Callable, Optional, Protocol, TextIO
 
 from raytrain.checkpoint import checkpoints
 from raytrain.errors import RaytrainError, UsageError
-from raytrain.rundir import console, atomicfile, runrecords, storage
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
+from raytrain.lifecycle.endings import AttemptEnded, Ending
+from raytrain.rundir import atomicfile, console, layout, runrecords, storage
 from raytrain.spec.sections import MlflowTracking, RunConfig, WandbTracking
 
-TRACKING_FILE = "tracking.json"
 FINAL_SYNC_S = 10.0  # the last sync of a succeeded attempt
 STOP_SYNC_S = 3.0  # ...of one that stopped or failed: a stopping pod's grace period is short
 MAX_BACKOFF_S = 60.0
@@ -63,7 +63,6 @@ def configured(cfg: RunConfig) -> list[str]:
 def check_installed(names: list[str]) -> None:
     """Before anything starts: each named tracker's client is importable (found, not imported: MLflow's client takes
     seconds to import, which the syncer's thread spends instead)."""
-    import importlib.util
 
     for name in names:
         module, fix = PACKAGES[name]
@@ -351,7 +350,7 @@ class TrackerState:
 
 def read_state(run_dir: Path) -> dict:
     """tracking.json: {tracker name: its settings, the tracker run's identity and bookkeeping}."""
-    return atomicfile.read_record(storage.as_path(run_dir) / TRACKING_FILE) or {}
+    return atomicfile.read_record(storage.as_path(run_dir) / layout.TRACKING_FILE) or {}
 
 
 class Syncer:
@@ -443,7 +442,7 @@ class Syncer:
     # -- one sync
 
     def save(self) -> None:
-        self.records.write_atomic(self.run_dir / TRACKING_FILE, json.dumps(self.state, indent=2) + "\n")
+        self.records.write_atomic(self.run_dir / layout.TRACKING_FILE, json.dumps(self.state, indent=2) + "\n")
 
     def sync(self, everything: bool = False, now: bool = False) -> None:
         """Send each tracker the final rows it does not hold. now: ignore the backoff (the last sync). Raises
@@ -566,7 +565,7 @@ def track(run_dir: Path, control: Any, out: Optional[TextIO] = None) -> dict[str
     state = read_state(run_dir)
     names = [name for name in PACKAGES if isinstance(state.get(name), dict)]
     if not names:
-        raise UsageError(f"{run_dir}: no {TRACKING_FILE} naming a tracker. Fix: give the run directory of a run whose "
+        raise UsageError(f"{run_dir}: no {layout.TRACKING_FILE} naming a tracker. Fix: give the run directory of a run whose "
                          f"config sets run.tracking (the file is written when such a run starts).")
     check_installed(names)
     records = runrecords.Records(run_dir, control)
@@ -580,7 +579,7 @@ def track(run_dir: Path, control: Any, out: Optional[TextIO] = None) -> dict[str
             if syncer.progress[tracker.name].down is not None}
     if down:
         raise TrackerUnreachable(f"{'; '.join(f'{label}: {why}' for label, why in down.items())}. The run's points "
-                                 f"stay in {run_dir / runrecords.METRICS_FILE}. Fix: make the tracker reachable from here "
+                                 f"stay in {run_dir / layout.METRICS_FILE}. Fix: make the tracker reachable from here "
                                  f"(its URI, and credentials in its environment variables), then run raytrain track "
                                  f"{run_dir} again.")
     return {tracker.name: syncer.progress[tracker.name].sent for tracker in syncer.trackers}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -28,8 +29,14 @@ from typing import Any, Optional, TextIO
 
 from raytrain.driver import preflight, tracking
 from raytrain.driver.attempt import Attempt
-from raytrain.driver.raytrainer import CONTROLLER_POLL_INTERVAL_S, RayTrainer, alive_node_resources, connect_for, root_cause
-from raytrain.rundir import console, runrecords
+from raytrain.driver.raytrainer import (
+    CONTROLLER_POLL_INTERVAL_S,
+    RayTrainer,
+    alive_node_resources,
+    connect_for,
+    root_cause,
+)
+from raytrain.rundir import console, layout, runrecords
 from raytrain.rundir.lease import DEFAULT_TTL_S
 from raytrain.spec.config import PRESETS_DIR, ConfigError, config_from_dict, dump_yaml, read_yaml_mapping
 from raytrain.spec.sections import SMOKE_KEY, RunConfig
@@ -219,7 +226,6 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
 
 def _sweep(cfg: RunConfig, search: SearchSpec, records: runrecords.Records, address: Optional[str], out: TextIO,
            in_submitted_job: bool, started: float) -> dict:
-    import os
 
     import ray.tune
 
@@ -271,6 +277,6 @@ def _sweep(cfg: RunConfig, search: SearchSpec, records: runrecords.Records, addr
         summary.update(best=best, best_config=str(tune_dir / "best_config.yaml"))
     else:
         summary["error"] = "no trial reported " + search.metric + "; see the trials' result.json files"
-    records.write_atomic(tune_dir / "tune.json", json.dumps(summary, indent=2) + "\n")
+    records.write_atomic(tune_dir / layout.TUNE_FILE, json.dumps(summary, indent=2) + "\n")
     records.write_result(summary)
     return summary

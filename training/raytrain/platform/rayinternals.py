@@ -6,7 +6,9 @@ Ray upgrade that moves one is one failing test and one function to change here, 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -91,7 +93,6 @@ def _flag(cmd: list[str], name: str) -> str:
 def local_raylets(table: dict) -> list[LocalRaylet]:
     """Every raylet in a process table (raytrain.platform.processes.proc_table): in a pod (its own PID namespace) exactly
     the pod's one."""
-    import os
 
     found = []
     for pid, (_, _, cmd) in table.items():
@@ -112,7 +113,6 @@ def autoscaler_can_add_nodes() -> Optional[bool]:
     `enableInTreeAutoscaling` runs a real one (its sidecar; the node types are the groups), or v2, which sets its
     enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2). None while a v1 monitor has not reported yet (it
     reports every AUTOSCALER_UPDATE_INTERVAL_S, 5 s by default, from the head's start)."""
-    import json
 
     from ray._private import ray_constants
     from ray.autoscaler._private.util import format_readonly_node_type

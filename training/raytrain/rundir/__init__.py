@@ -2,5 +2,5 @@
 prefix; the only room that knows which), the atomic file write, the lease and its fence, the run control that
 carries a stop request, the records (config, metrics, steps, events, results) and the console's driver-log copy.
 
-May import: errors, platform
+May import: errors, platform, lifecycle
 """

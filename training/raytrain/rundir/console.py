@@ -21,8 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
+from raytrain.rundir import layout, storage
+
 FORMATS = ("human", "json")
-DRIVER_LOGS_DIR = "driver-logs"
 _settings: dict[str, Any] = {"format": "human", "run": None, "copy": None}
 
 
@@ -39,16 +40,15 @@ def keep_copy(run_dir: Path) -> Path:
     """From now on, also append every line to RUN_DIR/driver-logs/<UTC time>-<host>-<pid>.log (one per attempt).
     On an object store (no append) the copy is written locally and uploaded when it stops (stop_copy): a driver
     killed by SIGKILL leaves its lines in the pod's log only."""
-    from raytrain.rundir import storage
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     name = f"{stamp}-{socket.gethostname()}-{os.getpid()}.log"
     stop_copy()
     if storage.is_remote(run_dir):
-        _settings["upload"] = storage.as_path(run_dir) / DRIVER_LOGS_DIR / name
+        _settings["upload"] = storage.as_path(run_dir) / layout.DRIVER_LOGS_DIR / name
         path = storage.scratch_dir("driver-log") / name
     else:
-        path = Path(run_dir) / DRIVER_LOGS_DIR / name
+        path = Path(run_dir) / layout.DRIVER_LOGS_DIR / name
         path.parent.mkdir(parents=True, exist_ok=True)
     _settings["copy"] = open(path, "a", encoding="utf-8", buffering=1)  # line-buffered: a killed pod loses little
     return path
@@ -74,8 +74,6 @@ def stop_copy() -> None:
     copy.close()
     _settings["copy"] = None
     if upload is not None:
-        from raytrain.rundir import storage
-
         local = Path(copy.name)
         try:
             storage.upload_file(local, upload)

@@ -42,10 +42,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from raytrain.errors import RaytrainError
-from raytrain.rundir import atomicfile, storage
+from raytrain.rundir import atomicfile, layout, storage
 
-LEASE_FILE = "lease.json"
-CLAIMS_DIR = ".lease"
 DEFAULT_TTL_S = 30.0
 # A holder gives up after this share of ttl_s without a renewal, before anyone may take over (the rest is the
 # margin for clock skew between nodes).
@@ -112,18 +110,18 @@ def _create_exclusive(path: Path, data: dict) -> bool:
 
 
 def _claims(run_dir: Path) -> list[int]:
-    names = storage.listdir(run_dir / CLAIMS_DIR)
+    names = storage.listdir(run_dir / layout.CLAIMS_DIR)
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
 def current_holder(run_dir: Path) -> Optional[Holder]:
     """The newest claim and its liveness: lease.json when it names that claim, else the claim's own record (a
     claimant between its claim and its first write of lease.json, or one that crashed there)."""
-    pointer = _holder(atomicfile.read_record(run_dir / LEASE_FILE))
+    pointer = _holder(atomicfile.read_record(run_dir / layout.LEASE_FILE))
     newest = max(_claims(run_dir), default=0)
     if pointer is not None and pointer.token >= newest:
         return pointer
-    return _holder(atomicfile.read_record(run_dir / CLAIMS_DIR / f"{newest}.json")) if newest else pointer
+    return _holder(atomicfile.read_record(run_dir / layout.CLAIMS_DIR / f"{newest}.json")) if newest else pointer
 
 
 def held_message(run_dir: Path, holder: Holder, now: float) -> str:
@@ -136,7 +134,7 @@ def held_message(run_dir: Path, holder: Holder, now: float) -> str:
 
 def token_in(run_dir: Path) -> int:
     """The token lease.json names now (0 without one)."""
-    pointer = _holder(atomicfile.read_record(run_dir / LEASE_FILE))
+    pointer = _holder(atomicfile.read_record(run_dir / layout.LEASE_FILE))
     return pointer.token if pointer else 0
 
 
@@ -144,7 +142,7 @@ def read_signal(run_dir: Path, token: int) -> Optional[tuple[int, Optional[str]]
     """For workers at a step boundary, from lease.json (the channel every node reads consistently): (the newer
     attempt's token, None) when a newer attempt holds the run, (0, the driver's stop reason) when attempt `token`
     was asked to stop, else None. A takeover is never read as a stop request, nor the reverse."""
-    data = atomicfile.read_record(storage.as_path(run_dir) / LEASE_FILE) or {}
+    data = atomicfile.read_record(storage.as_path(run_dir) / layout.LEASE_FILE) or {}
     current = data.get("token", 0)
     if not isinstance(current, int) or isinstance(current, bool):
         return None
@@ -180,7 +178,7 @@ class Lease:
         """Take the lease. A holder that stopped renewing (its attempt died: a killed driver, a lost pod, the
         RayJob's retry after either) is taken over once its renewal is ttl_s old. One that renews while this
         start watches is running: LeaseHeld names it, or with `wait` this start waits until it ends."""
-        storage.makedirs(self.run_dir / CLAIMS_DIR)
+        storage.makedirs(self.run_dir / layout.CLAIMS_DIR)
         watched: Optional[Holder] = None
         while True:
             now = time.time()
@@ -203,7 +201,7 @@ class Lease:
             record = self._record(token, now, now)
             # A contender that looked at a stale view still cannot take a number someone else holds: each
             # number is created once. One paused after its claim gives itself up at its first check().
-            if not _create_exclusive(self.run_dir / CLAIMS_DIR / f"{token}.json", record):
+            if not _create_exclusive(self.run_dir / layout.CLAIMS_DIR / f"{token}.json", record):
                 continue  # another contender got this number first: look again
             self.token, self.since, self.renewed_mono = token, now, claimed
             self._write(record)
@@ -218,7 +216,7 @@ class Lease:
 
     def _write(self, record: dict) -> None:
         """Replace lease.json (durable: a takeover on another node must see it)."""
-        atomicfile.write_atomic(self.run_dir / LEASE_FILE, json.dumps(record), durable=True)
+        atomicfile.write_atomic(self.run_dir / layout.LEASE_FILE, json.dumps(record), durable=True)
 
     def _write_current(self, released: bool = False) -> None:
         """Build this holder's record and write it, under the lock: a stop request set meanwhile is never lost."""
@@ -268,7 +266,7 @@ class Lease:
         self.check()
         newest = max(_claims(self.run_dir), default=0)
         if newest > self.token:
-            newer = _holder(atomicfile.read_record(self.run_dir / CLAIMS_DIR / f"{newest}.json"))
+            newer = _holder(atomicfile.read_record(self.run_dir / layout.CLAIMS_DIR / f"{newest}.json"))
             if newer is not None and newer.live(time.time()):
                 self._lose(f"attempt {self.token} lost run directory {self.run_dir} to attempt {newest}")
                 raise LeaseLost(self.lost)

@@ -10,10 +10,8 @@ Every process that trains for a run holds one control object:
   boundaries, whether the attempt must end (lease.json carries the driver's stop request to every node).
 - `UNFENCED` where no lease is held (a tool reading a run, a test).
 
-How an attempt ends is an `Ending`. Whatever must end an attempt (or, for DRAINING, a worker group) raises
-`AttemptEnded(ending, reason)`: a BaseException, like KeyboardInterrupt, so that a loop's own `except Exception`
-does not swallow it. The driver turns it into the run's result; at the Ray Train boundary a drain becomes a worker
-failure (raytrain.worker.drain.NodeDraining) so that Ray Train restarts the group on the nodes left.
+How an attempt ends, and what each ending does, is raytrain.lifecycle.endings: the controls here raise its
+`AttemptEnded(STOPPED or LEASE_LOST, reason)`.
 """
 
 from __future__ import annotations
@@ -23,26 +21,9 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional, Protocol
 
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.rundir import lease as leases
 from raytrain.rundir import storage
-
-
-class Ending(str, enum.Enum):
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"  # SIGTERM, Ctrl-C, a deleted pod or job: checkpoint at the next step, then end
-    LEASE_LOST = "lease_lost"  # a newer attempt holds the run: commit nothing more, not even a checkpoint
-    DRAINING = "draining"  # a worker's node is going away: checkpoint, end the group; Ray Train starts a new one
-    RESIZING = "resizing"  # Ray Train resizes an elastic run's group: checkpoint, hold until it is replaced
-
-
-class AttemptEnded(BaseException):
-    """This attempt (for DRAINING: this worker group) must end now; `ending` says how, str() says why."""
-
-    def __init__(self, ending: Ending, reason: str):
-        super().__init__(reason)
-        self.ending = ending
-        self.reason = reason
 
 
 class Control(Protocol):

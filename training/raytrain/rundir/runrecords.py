@@ -1,4 +1,5 @@
-"""The layout of one run, STORAGE/NAME/: config.yaml (resolved config), metrics.jsonl (one row per epoch),
+"""The records of one run, STORAGE/NAME/ (every name in it: raytrain.rundir.layout): config.yaml (resolved
+config), metrics.jsonl (one row per epoch),
 steps.jsonl (per-step rows, when run.log_every_steps asks), events.jsonl (starts, resumes, warnings), result.json
 (the outcome) and results.jsonl (every attempt's), checkpoint_* (raytrain.checkpoint.checkpoints).
 
@@ -19,15 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from raytrain.rundir import console, atomicfile, storage
+from raytrain.rundir import atomicfile, console, layout, storage
 from raytrain.rundir.runcontrol import UNFENCED, Control
-
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-STEPS_FILE = "steps.jsonl"
-EVENTS_FILE = "events.jsonl"
-RESULT_FILE = "result.json"
-RESULTS_HISTORY_FILE = "results.jsonl"
 
 
 def run_dir_of(storage_path: str, name: str) -> Path:
@@ -58,7 +52,7 @@ class Records:
 
     def write_config(self, config_yaml: str) -> None:
         storage.makedirs(self.run_dir)
-        self.write_atomic(self.run_dir / CONFIG_FILE, config_yaml)
+        self.write_atomic(self.run_dir / layout.CONFIG_FILE, config_yaml)
 
     def _append_line(self, name: str, row: dict) -> None:
         self.check()
@@ -74,22 +68,22 @@ class Records:
         return row if self.token is None else {**row, "attempt": self.token}
 
     def append_metrics(self, row: dict) -> None:
-        self._append_line(METRICS_FILE, self._stamped(row))
+        self._append_line(layout.METRICS_FILE, self._stamped(row))
 
     def append_step(self, row: dict) -> None:
-        self._append_line(STEPS_FILE, self._stamped(row))
+        self._append_line(layout.STEPS_FILE, self._stamped(row))
 
     def append_event(self, event: str, **fields: Any) -> None:
-        self._append_line(EVENTS_FILE, {"event": event, "time": time.time(), **fields})
+        self._append_line(layout.EVENTS_FILE, {"event": event, "time": time.time(), **fields})
 
     def truncate_metrics(self, last_epoch: int, step: int = 0) -> None:
         """Keep the epoch rows of epochs <= last_epoch and the step rows up to (last_epoch + 1, step): later ones
         are about to be trained again."""
-        path = self.run_dir / METRICS_FILE
+        path = self.run_dir / layout.METRICS_FILE
         if path.exists():
             kept = [row for row in read_metrics(self.run_dir) if row["epoch"] <= last_epoch]
             self.write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
-        steps = self.run_dir / STEPS_FILE
+        steps = self.run_dir / layout.STEPS_FILE
         if steps.exists():
             kept = [row for row in read_jsonl(steps) if _before(row, last_epoch, step)]
             self.write_atomic(steps, "".join(json.dumps(row) + "\n" for row in kept))
@@ -99,8 +93,8 @@ class Records:
         erases the record of one that trained."""
         storage.makedirs(self.run_dir)
         result = self._stamped(result)
-        self.write_atomic(self.run_dir / RESULT_FILE, json.dumps(result, indent=2) + "\n")
-        self._append_line(RESULTS_HISTORY_FILE, {"time": time.time(), **result})
+        self.write_atomic(self.run_dir / layout.RESULT_FILE, json.dumps(result, indent=2) + "\n")
+        self._append_line(layout.RESULTS_HISTORY_FILE, {"time": time.time(), **result})
 
 
 def plain_number(value: Any) -> Any:
@@ -163,27 +157,27 @@ def read_jsonl(path: Path, warn: Optional[Callable[[str], None]] = None) -> list
 def read_metrics(run_dir: Path) -> list[dict]:
     """The per-epoch rows; one without an integer epoch is skipped with a warning, like a damaged line."""
     rows = []
-    for row in read_jsonl(run_dir / METRICS_FILE):
+    for row in read_jsonl(run_dir / layout.METRICS_FILE):
         if isinstance(row.get("epoch"), int) and not isinstance(row.get("epoch"), bool):
             rows.append(row)
         else:
-            key = (str(run_dir / METRICS_FILE), -1, json.dumps(row, sort_keys=True)[:200])
+            key = (str(run_dir / layout.METRICS_FILE), -1, json.dumps(row, sort_keys=True)[:200])
             if key not in _warned:
                 _warned.add(key)
-                _warn_stderr(f"{run_dir / METRICS_FILE} has a row without an integer epoch ({key[2]}); skipped")
+                _warn_stderr(f"{run_dir / layout.METRICS_FILE} has a row without an integer epoch ({key[2]}); skipped")
     return rows
 
 
 def read_steps(run_dir: Path) -> list[dict]:
-    return read_jsonl(run_dir / STEPS_FILE)
+    return read_jsonl(run_dir / layout.STEPS_FILE)
 
 
 def read_events(run_dir: Path) -> list[dict]:
-    return read_jsonl(run_dir / EVENTS_FILE)
+    return read_jsonl(run_dir / layout.EVENTS_FILE)
 
 
 def read_result(run_dir: Path) -> Optional[dict]:
-    path = run_dir / RESULT_FILE
+    path = run_dir / layout.RESULT_FILE
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -263,6 +263,41 @@ def local_root() -> Path:
     return Path(tempfile.gettempdir()) / "raytrain-local"
 
 
+def nodes_share(storage_path: Any) -> bool:
+    """Whether every node sees the files under `storage_path` as this one does (a shared volume, or one machine), as
+    opposed to an object store: what one node prepared beside it (a dataset) every other node must then prepare."""
+    return not is_remote(storage_path)
+
+
+def beside_on_this_node(storage_path: Any, name: str) -> Path:
+    """A directory for `name` that this node can use as a plain filesystem: STORAGE/name where the storage is a
+    directory (shared by every node that mounts it), else this node's own local_root()/name."""
+    return local_root() / name if is_remote(storage_path) else Path(storage_path).absolute() / name
+
+
+def output_dir(path: Any) -> Path:
+    """Where a command writes what it derives from a run (a report, an exported model): beside the run when it is a
+    directory here, else the current directory."""
+    return Path.cwd() if is_remote(path) else Path(path).expanduser().absolute()
+
+
+def run_path(ref: Any) -> Path:
+    """A run directory named by a user: a local path made absolute (~ expanded), or the URL's UPath."""
+    return as_path(ref) if is_remote(ref) else Path(ref).expanduser().absolute()
+
+
+def run_dir_for(ref: Any, command: str) -> Path:
+    """A run directory named on the command line: a local path made absolute, or a URL checked reachable (one
+    paragraph naming the URL and the settings when it is not)."""
+    return check_reachable(run_path(ref), command) if is_remote(ref) else run_path(ref)
+
+
+def run_scratch(run_dir: Any, name: str) -> Path:
+    """A directory on this node's filesystem for a run's files that need no object store (Ray Train's own):
+    RUN_DIR/name where the run is a directory, else local_root()/name/RUN_NAME."""
+    return local_root() / name / as_path(run_dir).name if is_remote(run_dir) else Path(run_dir) / name
+
+
 def scratch_dir(purpose: str) -> Path:
     """A new local directory for what is staged here before an upload (a checkpoint, a driver log); the caller
     removes it."""

@@ -3,6 +3,8 @@ the driver's checks before Ray starts). torch is imported when a builder runs.""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -10,6 +12,7 @@ from raytrain.data import DataContext, DataSource
 from raytrain.errors import ConfigError
 from raytrain.rundir import storage
 from raytrain.spec import components
+from raytrain.spec.loops import is_ray_train_loop
 from raytrain.spec.sections import RunConfig
 
 if TYPE_CHECKING:
@@ -31,8 +34,6 @@ def build_model(cfg: RunConfig) -> "nn.Module":
 
 
 def build_loss(cfg: RunConfig) -> Callable:
-    import functools
-    import inspect
 
     loss = cfg.loss
     if inspect.isclass(loss.target):
@@ -57,7 +58,7 @@ def call_data_component(cfg: RunConfig, ctx: Optional[DataContext]) -> dict:
                           f"session.datasets()), but the run config has no data section. Fix: add data: "
                           f"{{_component_: your.module.your_data}}, or pass your own dataset to session.batches().")
     source = data_source(cfg)
-    if source is not None and ctx is not None and storage.is_remote(cfg.run.storage_path):
+    if source is not None and ctx is not None and not storage.nodes_share(cfg.run.storage_path):
         # No shared volume: the driver's prepare() filled its own node's TMPDIR only, so each node prepares its copy
         # (the hooks are idempotent and hold a file lock: the workers of one node prepare it once).
         source.prepare(ctx)
@@ -67,7 +68,6 @@ def call_data_component(cfg: RunConfig, ctx: Optional[DataContext]) -> dict:
         raise ConfigError(f"{where} returned {type(produced).__name__}, not a mapping with a 'train' dataset. Fix: "
                           f"return {{'train': train_dataset, 'val': val_dataset}} ('val' optional).")
     # A Ray Train function asks for its datasets by its own names (ray.train.get_dataset_shard("validation")).
-    from raytrain.spec.loops import is_ray_train_loop
 
     unknown = [] if is_ray_train_loop(cfg) else [key for key in produced if key not in ("train", "val")]
     if unknown:

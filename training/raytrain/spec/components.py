@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable, Optional
 import pydantic
 
 from raytrain.errors import ConfigError, shown
+from raytrain.rundir import console
+from raytrain.spec import workdir
 
 COMPONENT_KEY = "_component_"
 LEGACY_NAME_KEY = "name"  # configs written before components: `name: mlp` means `_component_: mlp`
@@ -159,7 +161,6 @@ def import_target(reference: Any, where: Where, section: str) -> tuple[str, Call
 
 
 def _working_dirs() -> str:
-    from raytrain.spec import workdir
 
     return str(workdir.current() or "(none)")
 
@@ -223,7 +224,6 @@ def _say_unchecked(target: Callable, name: str, annotation: Any, why: str) -> No
     if (where, name) in _UNCHECKED_SAID:
         return
     _UNCHECKED_SAID.add((where, name))
-    from raytrain.rundir import console
 
     console.warning(f"{where}: the value of parameter '{name}' is not checked: its annotation {annotation!r} {why}. "
                     f"Fix: import the annotation's names at run time (not only under TYPE_CHECKING), or leave it "

@@ -19,15 +19,34 @@ import math
 import typing
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
+from urllib.parse import urlsplit
 
 import yaml
+
+from raytrain.data import DataContext, DataSource
 from raytrain.errors import ConfigError, shorten, shown
 from raytrain.rundir import storage
 from raytrain.spec import components, loops, yamlfile
 from raytrain.spec.components import COMPONENT_KEY, Component
 from raytrain.spec.run_options import Override, Setting, override_origin
 from raytrain.spec.sections import (
-    CLASSIFICATION_LOSSES, CREDENTIAL_KEYS, CREDENTIAL_VARIABLES, DEFAULT_LOOP, DataSection, INCLUDE_KEY, RunConfig, RunSection, SCHEDULER_INTERVALS, SECTIONS, SMOKE_KEY, ScalingSection, TRACKERS, TRACKER_CLASSES, TrackingSection, TrainSection)
+    CLASSIFICATION_LOSSES,
+    CREDENTIAL_KEYS,
+    CREDENTIAL_VARIABLES,
+    DEFAULT_LOOP,
+    INCLUDE_KEY,
+    SCHEDULER_INTERVALS,
+    SECTIONS,
+    SMOKE_KEY,
+    TRACKER_CLASSES,
+    TRACKERS,
+    DataSection,
+    RunConfig,
+    RunSection,
+    ScalingSection,
+    TrackingSection,
+    TrainSection,
+)
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # raytrain/configs
 
@@ -192,7 +211,6 @@ def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
 def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = None,
                  import_user_code: bool = True) -> RunConfig:
     """Turn plain data (a file, or a checkpoint's stored config) into a validated RunConfig."""
-    from raytrain.data import DataContext, DataSource
 
     origins = origins or {}
 
@@ -395,8 +413,6 @@ def _check_tracker(tracker: Any, key: str, fail: Callable) -> None:
             fail(f"{key}.{name}", "is empty", f"give a value, or leave {key}.{name} out for its default")
     uri = getattr(tracker, "uri", None)
     if uri:
-        from urllib.parse import urlsplit
-
         try:
             secret = urlsplit(uri).password
         except ValueError:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from raytrain.errors import shown
+from raytrain.spec import yamlfile
 from raytrain.validator.apimachinery import is_dns1123_subdomain
 from raytrain.validator.problems import Doc, Problem
 from raytrain.validator.quantity import QuantityError, parse_quantity
@@ -334,7 +335,6 @@ def _fail(source: str, where: str, message: str) -> QueuesFileError:
 def load_queues(path: Path) -> Queues:
     """ClusterQueues and LocalQueues from one YAML file (other kinds, e.g. ResourceFlavor, are skipped);
     QueuesFileError naming the file, the document and the field when it is not one."""
-    from raytrain.spec import yamlfile
 
     source = str(path)
     try:

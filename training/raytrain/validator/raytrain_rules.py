@@ -15,11 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from raytrain.errors import LaunchError
+from raytrain.rundir.storage import url_problem, url_scheme
 from raytrain.spec import yamlfile
+from raytrain.spec.config import ConfigError, load_config
+from raytrain.spec.run_options import (
+    add_address_option,
+    add_config_options,
+    add_lease_option,
+    config_overrides,
+    override_origin,
+)
+from raytrain.spec.sizing import size_workers, workers_that_fit  # the sizing `raytrain run` does
 from raytrain.validator.problems import Doc, Problem, split_fix
 from raytrain.validator.quantity import QuantityError
 from raytrain.validator.shape import ShapeError, get, groups, node_resources, shared_mounts
-from raytrain.spec.run_options import (add_address_option, add_config_options, add_lease_option, config_overrides, override_origin)
 
 DASHBOARD_PORT = 8265
 
@@ -197,7 +207,6 @@ def load_run_config(source: RunConfigSource, run: RaytrainRun, job: Doc | None =
     `raytrain run` builds them (--set, --name, --storage), without the user's code: components named by the user's
     import paths give a note, not an error. A key the entrypoint overrides is blamed on the entrypoint, any other on
     the run config."""
-    from raytrain.spec.config import ConfigError, load_config
 
     try:
         overrides = config_overrides(run.overrides, run.name, run.storage)
@@ -358,7 +367,6 @@ OBJECT_STORAGE_ANNOTATION = "raytrain.io/object-storage"
 
 
 def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    from raytrain.rundir.storage import url_problem, url_scheme
 
     where = f"RayCluster {cluster.name}"
     bucket_url = str(get(cluster.obj, "metadata", "annotations", OBJECT_STORAGE_ANNOTATION, default="") or "")
@@ -424,9 +432,6 @@ def _check_local_disk(job: Doc, cluster: Doc, cluster_spec: dict) -> list[Proble
 
 
 def _check_fit(job: Doc, source: RunConfigSource, cfg: Any, cluster: Doc, cluster_spec: dict) -> list[Problem]:
-    from raytrain.errors import LaunchError
-    from raytrain.spec.sizing import size_workers, workers_that_fit  # the same sizing `raytrain run` does on the cluster
-
     embedded = isinstance(get(job.obj, "spec", "rayClusterSpec"), dict)
     try:
         nodes = node_resources(cluster_spec, "spec.rayClusterSpec" if embedded else "spec")

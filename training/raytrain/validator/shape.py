@@ -7,6 +7,7 @@ the local clusters of `raytrain emulate` start one Ray node per NodeSpec.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,7 +78,6 @@ class NodeSpec:
 
 def parse_resources_param(value: str, where: str) -> dict[str, float]:
     """rayStartParams.resources, written as in KubeRay samples: '"{\\"TPU\\": 4}"' or '{"TPU": 4}'."""
-    import json
 
     text = str(value).strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":

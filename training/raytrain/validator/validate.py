@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import importlib.resources
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +31,14 @@ from raytrain.spec import yamlfile
 from raytrain.validator import kueue, raytrain_rules
 from raytrain.validator.apimachinery import check_object_meta
 from raytrain.validator.corev1 import check_core_object, check_pod_template
-from raytrain.validator.crds import CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator, openapi_schema
+from raytrain.validator.crds import (
+    CRD_FILES,
+    CRDError,
+    apply_defaults,
+    crd_served_versions,
+    crd_validator,
+    openapi_schema,
+)
 from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
 from raytrain.validator.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
 from raytrain.validator.problems import Doc, Problem, field_path, split_fix
@@ -231,7 +239,6 @@ def is_kubernetes_group(api_version: str) -> bool:
 
 def _known_kinds(api_version: str, kube_version: str) -> list[str]:
     """The kinds kubernetes-validate holds a schema for in this group version (lower-case, as its files name them)."""
-    import importlib.resources
 
     suffix = "-" + re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version) + ".json"
     try:

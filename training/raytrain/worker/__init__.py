@@ -2,5 +2,5 @@
 control (mid-epoch checkpoints, stops, drains, resizes agreed at step boundaries), the Ray Train function contract,
 an elastic run's resize, a node's drain probe, and the live metrics.
 
-May import: errors, platform, rundir, data, spec, parallel, checkpoint
+May import: errors, platform, lifecycle, rundir, data, spec, parallel, checkpoint
 """

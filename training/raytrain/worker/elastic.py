@@ -34,13 +34,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from raytrain.rundir import atomicfile, storage
-from raytrain.rundir.runcontrol import AttemptEnded, Control
+from raytrain.lifecycle.endings import AttemptEnded
+from raytrain.rundir import atomicfile, layout, runrecords, storage
+from raytrain.rundir.runcontrol import Control, WorkerControl
 
 logger = logging.getLogger(__name__)
 
-REQUEST_FILE = "resize-request.json"
-HELD_FILE = "resize-held.json"
 # How long the controller waits for the running group's checkpoint before it resizes anyway (the steps since the
 # last checkpoint are then lost, as without raytrain): a step and one checkpoint write must fit.
 # The cli reads RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S.
@@ -69,14 +68,14 @@ def prepare(run_dir: Path, control: Optional[Control] = None) -> None:
     """Both files exist, as empty records, before any worker polls them (the driver, before training): a reader on
     another node then always opens an existing name, which NFS's close-to-open consistency keeps current (a lookup
     of a missing name may be cached for up to a minute: raytrain.rundir.lease). They are replaced, never deleted."""
-    for name in (REQUEST_FILE, HELD_FILE):
+    for name in (layout.RESIZE_REQUEST_FILE, layout.RESIZE_HELD_FILE):
         _write(storage.as_path(run_dir) / name, {"id": None}, control)
 
 
 def request(run_dir: Path, attempt: int, to_workers: int, control: Optional[Control] = None) -> str:
     """The controller's request that the running group checkpoint at its next step and hold; returns its id."""
     request_id = uuid.uuid4().hex
-    _write(storage.as_path(run_dir) / REQUEST_FILE, {"id": request_id, "attempt": attempt, "to": to_workers,
+    _write(storage.as_path(run_dir) / layout.RESIZE_REQUEST_FILE, {"id": request_id, "attempt": attempt, "to": to_workers,
                                           "time": time.time()}, control)
     return request_id
 
@@ -84,7 +83,7 @@ def request(run_dir: Path, attempt: int, to_workers: int, control: Optional[Cont
 def pending(run_dir: Path, attempt: int, world_size: int) -> Optional[dict]:
     """The request for this attempt's running group of `world_size` workers, or None. A request left behind for
     a group of another attempt, or a resize to this very size (a new group reading an old request), is not one."""
-    data = atomicfile.read_record(storage.as_path(run_dir) / REQUEST_FILE)
+    data = atomicfile.read_record(storage.as_path(run_dir) / layout.RESIZE_REQUEST_FILE)
     if data is None or not isinstance(data.get("id"), str) or data.get("attempt") != attempt:
         return None
     to = data.get("to")
@@ -97,13 +96,13 @@ def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: st
     """Rank 0's answer: "resizing" once the resize step's checkpoint has committed (the workers hold from there);
     or how the group ended otherwise (a stop, a drain, the loop's end) with a request still open, so that the
     controller never waits out its timeout for an answer that cannot come."""
-    _write(storage.as_path(run_dir) / HELD_FILE, {"id": request_id, "checkpoint": checkpoint, "ending": ending,
+    _write(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE, {"id": request_id, "checkpoint": checkpoint, "ending": ending,
                                        "time": time.time()}, None)
 
 
 def answered(run_dir: Path, request_id: str) -> Optional[dict]:
     """Rank 0's answer to this request ({"id", "checkpoint", "ending", "time"}), or None."""
-    data = atomicfile.read_record(storage.as_path(run_dir) / HELD_FILE)
+    data = atomicfile.read_record(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE)
     return data if data is not None and data.get("id") == request_id else None
 
 
@@ -159,8 +158,6 @@ def resize_checkpoint_callback(run_dir: Path, attempt: int, timeout_s: float = C
                 logger.warning("raytrain: the checkpoint before the resize failed (%s); resizing anyway", err)
 
         def _checkpoint_first(self, to_workers: int) -> None:
-            from raytrain.rundir import runrecords
-            from raytrain.rundir.runcontrol import WorkerControl
 
             control = WorkerControl(run_dir, attempt)  # fenced: this attempt's run only
             records = runrecords.Records(run_dir, control)

@@ -12,6 +12,7 @@ from raytrain.rundir import runrecords
 from raytrain.rundir.runcontrol import UNFENCED, Control
 from raytrain.spec import build
 from raytrain.spec.sections import RunConfig
+
 if TYPE_CHECKING:
     import torch
     from torch import nn

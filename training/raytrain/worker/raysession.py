@@ -9,18 +9,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from raytrain.checkpoint import checkpoints
+from raytrain.lifecycle.endings import REACTIONS, AttemptEnded
 from raytrain.parallel import collectives, sharding
 from raytrain.rundir import storage
-from raytrain.rundir.runcontrol import UNFENCED, AttemptEnded, Ending, WorkerControl
+from raytrain.rundir.runcontrol import UNFENCED, WorkerControl
 from raytrain.spec import components, loops
 from raytrain.spec.config import config_from_dict
 from raytrain.spec.sections import RunConfig
 from raytrain.worker import elastic, raytrain_function
 from raytrain.worker.telemetry import RunTelemetry
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
+from raytrain.platform.rayinternals import quiet_report_logs
+from raytrain.spec import workdir
+from raytrain.worker.drain import NodeDraining, node_draining
 from raytrain.worker.session import Session, torch_threads
 
 
@@ -41,7 +46,6 @@ class RayTrainSession(Session):
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
         torch.manual_seed(config.train.seed + self.rank)
         self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size)
-        from raytrain.worker.drain import node_draining
 
         self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.worker.drain
         if config.scaling.elastic and lease_token:
@@ -107,9 +111,6 @@ class RayTrainSession(Session):
 def worker_entry(loop_config: dict) -> None:
     """Ray Train's train_loop_per_worker: {"config": resolved run config, "run_dir", "cpus_per_worker",
     "working_dir", "lease_token", "telemetry_linger"}. Builds the session, starts it and calls the config's loop."""
-    from raytrain.platform.rayinternals import quiet_report_logs
-    from raytrain.spec import workdir
-    from raytrain.worker.drain import NodeDraining
 
     quiet_report_logs()
     if loop_config.get("working_dir"):  # the same import path as the driver, where the directory is reachable
@@ -131,15 +132,16 @@ def worker_entry(loop_config: dict) -> None:
         else:
             components.instantiate(cfg.loop, session)
     except AttemptEnded as ended:
-        if ended.ending is not Ending.LEASE_LOST:
+        reaction = REACTIONS[ended.ending]  # what each ending does: raytrain.lifecycle.endings
+        if reaction.commits:
             session.wait_for_checkpoint()
-        if ended.ending is not Ending.RESIZING:
+        if reaction.answers_resize:
             session.answer_resize(ended.ending.value)
-        if ended.ending is Ending.DRAINING:
+        if reaction.group == "restarts":
             # A worker failure for Ray Train, which starts a new group on the nodes left; it resumes from the
             # checkpoint just taken.
             raise NodeDraining(ended.reason) from None
-        if ended.ending is Ending.RESIZING:
+        if reaction.group == "holds":
             elastic.hold()  # until Ray Train's controller replaces the group (raytrain.worker.elastic)
         return  # checkpointed (unless the lease was lost); the driver writes the result
     session.wait_for_checkpoint()

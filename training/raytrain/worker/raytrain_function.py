@@ -48,9 +48,9 @@ from typing import Any, Callable, Optional
 
 from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import Position
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.parallel import collectives
 from raytrain.rundir import runrecords
-from raytrain.rundir.runcontrol import AttemptEnded, Ending
 from raytrain.spec import loops
 from raytrain.spec.loops import TRAIN_LOOP_CONFIG
 

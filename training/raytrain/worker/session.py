@@ -35,7 +35,7 @@ LR scheduler, a GradScaler, running sums) are saved and restored by keyword. Ran
 Step boundaries: the iterator of `batches("train", epoch)` sees one each time the loop asks for the next optimizer
 step's batch (with train.grad_accum_steps > 1, after every that many micro-batches). A loop that does not iterate
 `session.batches("train", epoch)` gets epoch checkpoints only, and a stop request ends it at its next report.
-Whatever must end the attempt raises raytrain.rundir.runcontrol.AttemptEnded out of batches() or report().
+Whatever must end the attempt raises raytrain.lifecycle.endings.AttemptEnded out of batches() or report().
 
 Every commit (metrics row, event, checkpoint) first passes the run's fence (the session's run control): a worker of
 an attempt whose lease was taken over commits nothing. torch is imported when a session is made.
@@ -53,13 +53,15 @@ from raytrain.checkpoint import checkpoints, resume
 from raytrain.checkpoint.checkpoints import Position
 from raytrain.data import data_context
 from raytrain.errors import RaytrainError
+from raytrain.lifecycle.endings import REACTIONS, AttemptEnded, Ending
 from raytrain.parallel import sharding
 from raytrain.rundir import runrecords, storage
-from raytrain.rundir.runcontrol import UNFENCED, AttemptEnded, Control, Ending
+from raytrain.rundir.runcontrol import UNFENCED, Control
 from raytrain.spec import build
 from raytrain.spec.sections import RunConfig
 from raytrain.worker import elastic
 from raytrain.worker.datafeed import DataFeed, to_device
+from raytrain.worker.stepcontrol import StepControl
 
 if TYPE_CHECKING:
     import torch
@@ -112,7 +114,6 @@ class Session(ABC):
     def start(self) -> None:
         """Called by the entry before the loop runs: from here on the loop's training batches have step boundaries
         (mid-epoch checkpoints, graceful stops, drains), whether or not it calls restore()."""
-        from raytrain.worker.stepcontrol import StepControl
 
         if self._steps is None:
             self._steps = StepControl(self.control, every_steps=self.config.run.checkpoint_every_steps,
@@ -240,10 +241,11 @@ class Session(ABC):
             self._end(decision.ending, decision.reason)
 
     def _end(self, ending: Ending, reason: str) -> None:
+        reaction = REACTIONS[ending]
         self.wait_for_checkpoint()  # the checkpoint just taken commits before the attempt (or group) ends
-        if ending is Ending.DRAINING and self.is_rank_zero:
-            self.records.append_event("drain", message=reason)
-        if ending is Ending.RESIZING:
+        if reaction.event is not None and self.is_rank_zero:
+            self.records.append_event(reaction.event, message=reason)
+        if reaction.group == "holds":
             self.answer_resize(ending.value)  # the workers hold from here: raytrain.worker.elastic
         raise AttemptEnded(ending, reason)
 

@@ -7,7 +7,7 @@ do not pay a collective each. The decisions:
 - end STOPPED: the driver asked its attempt to end (SIGTERM, Ctrl-C: the driver's run control writes the request
   into the run's lease.json, which rank 0 reads through its WorkerControl at most every POLL_S); the workers
   checkpoint at this step and end. LEASE_LOST (a newer attempt took the run over) ends them without a checkpoint
-  (they may no longer commit). raytrain.rundir.runcontrol.Ending names the endings; AttemptEnded carries them;
+  (they may no longer commit). raytrain.lifecycle.endings names the endings and what each does;
 - checkpoint: run.checkpoint_every_steps steps or run.checkpoint_every_s seconds since the last checkpoint;
 - end DRAINING: some worker's node is being drained (its pod is being deleted: raytrain.worker.drain.node_draining,
   probed by every worker at each decision); all checkpoint at this step and end the group, so that Ray Train starts
@@ -30,7 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
-from raytrain.rundir.runcontrol import Control, Ending
+from raytrain.lifecycle.endings import REACTIONS, Ending
+from raytrain.rundir.runcontrol import Control
+from raytrain.worker.drain import DRAIN_MESSAGE
 
 if TYPE_CHECKING:
     import torch
@@ -127,14 +129,10 @@ class StepControl:
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
             flags = tensor.tolist()
         self.until_sync = int(flags[3])
-        if flags[2]:
-            return Decision(ending=Ending.LEASE_LOST, reason=self.reason or "the run's lease was lost")
-        if flags[1]:
-            return Decision(checkpoint=True, ending=Ending.STOPPED, reason=self.reason or "stop requested")
-        if flags[4]:
-            from raytrain.worker.drain import DRAIN_MESSAGE
-
-            return Decision(checkpoint=True, ending=Ending.DRAINING, reason=DRAIN_MESSAGE)
-        if flags[5]:
-            return Decision(checkpoint=True, ending=Ending.RESIZING, reason=RESIZE_MESSAGE)
+        # The first reason to end, in this order, wins; whether to checkpoint first is the ending's (REACTIONS).
+        for flag, ending, reason in ((2, Ending.LEASE_LOST, self.reason or "the run's lease was lost"),
+                                     (1, Ending.STOPPED, self.reason or "stop requested"),
+                                     (4, Ending.DRAINING, DRAIN_MESSAGE), (5, Ending.RESIZING, RESIZE_MESSAGE)):
+            if flags[flag]:
+                return Decision(checkpoint=REACTIONS[ending].checkpoint, ending=ending, reason=reason)
         return Decision(checkpoint=bool(flags[0]))
