@@ -348,6 +348,7 @@ def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
     KubeRay creates from its templates, and the image's Ray against rayVersion; problems keep the object's own
     reference."""
     found = (check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
+             + raytrain_rules.check_grace_periods(completed)
              + raytrain_rules.check_local_build_image(completed) + kueue.check_kueue(completed))
     said = {p.field for p in found}
     found += [p for p in check_object_meta(completed, custom=True) + _ray_pod_templates(completed) if p.field not in said]
