@@ -107,6 +107,9 @@ def resolve_crd_dir(explicit: str | None = None, from_env: str | None = None, *,
 # schemas
 
 
+INT_FORMAT_BOUNDS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
 def _to_jsonschema(node: Any) -> Any:
     """OpenAPI v3 (structural, as the API server applies it) -> JSON schema.
 
@@ -124,6 +127,12 @@ def _to_jsonschema(node: Any) -> Any:
     if node.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    # The API server checks an integer field's format (kube-openapi's IsValueValidAgainstRange): a value beyond
+    # int32 in `replicas` (format: int32) is refused, not wrapped.
+    bounds = INT_FORMAT_BOUNDS.get(node.get("format")) if node.get("type") == "integer" else None
+    if bounds:
+        out["minimum"] = max(out.get("minimum", bounds[0]), bounds[0])
+        out["maximum"] = min(out.get("maximum", bounds[1]), bounds[1])
     if node.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     out.pop("nullable", None)

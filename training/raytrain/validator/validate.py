@@ -217,6 +217,10 @@ def _schema_problem(doc: Doc, error) -> list[Problem]:
     if error.validator == "enum":
         return [doc.problem(field_path(path), f"is {error.instance!r}, not one of {error.validator_value}.",
                             f"use one of {', '.join(map(str, error.validator_value))}")]
+    if error.validator in ("minimum", "maximum") and error.validator_value in (-2**31, 2**31 - 1, -2**63, 2**63 - 1):
+        bits = 32 if abs(error.validator_value) < 2**32 else 64
+        return [doc.problem(field_path(path), f"is {error.instance}, beyond a {bits}-bit integer (format: int{bits}): "
+                            "the API server refuses it.", f"use a value from {-2**(bits - 1)} to {2**(bits - 1) - 1}")]
     if error.validator in ("type", "anyOf"):
         expected = error.validator_value if error.validator == "type" else "integer or string"
         return [doc.problem(field_path(path), f"is {type(error.instance).__name__} {error.instance!r}, "
