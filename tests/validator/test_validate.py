@@ -236,6 +236,9 @@ BROKEN = [
      "spec.entrypoint", "unrecognized arguments: --workers 3"),
     ("no working_dir for a relative config", RJ, [("RayJob", ["spec", "runtimeEnvYAML"], "env_vars: {A: b}\n")],
      "spec.runtimeEnvYAML", "has no working_dir"),
+    ("fsdp_wrap names a class the model lacks", SA,
+     [("job.yaml", "num_workers: 3", "num_workers: 3\n  strategy: fsdp\n  fsdp_wrap: [Block]")],
+     "data.job.yaml", "scaling.fsdp_wrap: Block is not a module class of the model Sequential"),
     ("ConfigMap not in the manifest set", RJ, [("drop", "ConfigMap", None)],
      "spec.submitterPodTemplate.spec.volumes", "not in this manifest set"),
 ]
