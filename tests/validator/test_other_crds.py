@@ -105,3 +105,18 @@ def test_the_kubernetes_groups_are_those_kubernetes_validate_has_schemas_for():
     definitions = json.loads((folder / "_definitions.json").read_text())["$defs"]
     groups = {gvk["group"] for schema in definitions.values() for gvk in schema.get("x-kubernetes-group-version-kind", [])}
     assert groups == KUBERNETES_GROUPS
+
+
+@pytest.mark.parametrize("schema", [{"type": 5}, {"type": "object", "properties": []},
+                                    {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                                        "controllerName": {"type": "string", "pattern": "("}}}}}])
+def test_a_crd_whose_schema_is_no_schema_is_one_problem_naming_its_file(crd_dir, tmp_path, schema):
+    crd = yaml.safe_load(GATEWAY_CLASS_CRD.read_text())
+    for version in crd["spec"]["versions"]:
+        version["schema"]["openAPIV3Schema"] = schema
+    broken = tmp_path / "gatewayclasses.yaml"
+    broken.write_text(yaml.safe_dump(crd))
+    crds = _crds_with(tmp_path, crd_dir, broken)
+    [problem] = validate_paths([_write(tmp_path, ISTIO_CLASS)], crds)
+    assert problem.file == str(crds / "gatewayclasses.yaml") and "cannot be used" in problem.message, str(problem)
+    assert "GatewayClass/istio is not checked" in problem.message and problem.fix

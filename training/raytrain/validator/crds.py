@@ -226,7 +226,7 @@ class OtherCRDs:
     """The CRDs of other groups than ray.io found in a CRD directory: (group, kind) -> the CRD, and the files that
     could not be read as YAML (each one problem, said once)."""
 
-    by_kind: dict[tuple[str, str], dict[str, Any]]
+    by_kind: dict[tuple[str, str], tuple[str, dict[str, Any]]]  # (group, kind) -> (its file, the CRD)
     unreadable: tuple[tuple[str, str], ...]  # (file, why)
 
 
@@ -235,7 +235,7 @@ def other_crds(crd_dir: str) -> OtherCRDs:
     """Every apiextensions.k8s.io CustomResourceDefinition in crd_dir's *.yaml/*.yml/*.json files but KubeRay's own
     two (multi-document files too, as Gateway API's standard-install.yaml). The directory only: a CRD elsewhere is
     not looked for."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+    found: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
     unreadable: list[tuple[str, str]] = []
     try:
         files = sorted(p for p in Path(crd_dir).iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file()
@@ -255,21 +255,24 @@ def other_crds(crd_dir: str) -> OtherCRDs:
             spec = doc["spec"]
             kind = (spec.get("names") or {}).get("kind") if isinstance(spec.get("names"), dict) else None
             if isinstance(spec.get("group"), str) and isinstance(kind, str):
-                found[(spec["group"], kind)] = doc
+                found[(spec["group"], kind)] = (str(path), doc)
     return OtherCRDs(found, tuple(unreadable))
 
 
 def other_crd_schema(crd: dict[str, Any], version: str) -> tuple[dict[str, Any] | None, list[str]]:
     """(the openAPIV3Schema of a served version, as openapi_schema gives KubeRay's; the served versions). None: the
     version is not served, or the CRD gives no schema for it."""
-    versions = [v for v in (crd.get("spec") or {}).get("versions") or [] if isinstance(v, dict)]
+    versions = (crd.get("spec") or {}).get("versions")
+    versions = [v for v in versions if isinstance(v, dict)] if isinstance(versions, list) else []
     served = [str(v.get("name")) for v in versions if v.get("served")]
     for entry in versions:
         schema = (entry.get("schema") or {}).get("openAPIV3Schema") if isinstance(entry.get("schema"), dict) else None
         if entry.get("name") == version and entry.get("served") and isinstance(schema, dict):
             schema = copy.deepcopy(schema)
-            schema.setdefault("properties", {})["metadata"] = {"type": "object"}
-            schema["properties"].pop("status", None)
+            properties = schema.setdefault("properties", {})
+            if isinstance(properties, dict):  # else no schema: check_other_crd says so
+                properties["metadata"] = {"type": "object"}
+                properties.pop("status", None)
             return schema, served
     return None, served
 

@@ -286,22 +286,32 @@ def check_other_crd(doc: Doc, crd_dir: Path) -> list[Problem]:
     defaults; else a note, since nothing here can say what its fields should be."""
     api_version = str(doc.obj.get("apiVersion"))
     group, version = api_group(api_version), api_version.rpartition("/")[2]
-    crd = other_crds(str(crd_dir)).by_kind.get((group, doc.kind))
-    if crd is None:
+    found = other_crds(str(crd_dir)).by_kind.get((group, doc.kind))
+    if found is None:
         return [doc.problem("kind", f"{doc.kind} ({api_version}) is not checked: no schema (its CRD is not among "
                             f"those in {crd_dir}).", "nothing to do if its CRD is installed in the cluster; to check it, "
                             "put the CRD's YAML file in a directory with KubeRay's and pass --crds DIR",
                             severity="note")]
+    file, crd = found
     schema, served = other_crd_schema(crd, version)
     if schema is None:
+        meta = crd.get("metadata") if isinstance(crd.get("metadata"), dict) else {}
         return [doc.problem("apiVersion", f"{api_version} is not a version its CRD "
-                            f"{(crd.get('metadata') or {}).get('name', doc.kind)} serves (served: "
+                            f"{str(meta.get('name', doc.kind))[:253]} serves (served: "
                             f"{', '.join(served) or 'none'}): the API server refuses the object.",
                             f"use apiVersion: {group}/{served[0]}" if served else "check the CRD")]
-    defaulted = apply_defaults(doc.obj, schema)
-    return [p for error in sorted(schema_validator(schema).iter_errors(defaulted), key=lambda e: [str(x) for x in
-                                                                                                    e.absolute_path])
-            for p in _schema_problem(doc, error)]
+    import jsonschema
+
+    try:
+        defaulted = apply_defaults(doc.obj, schema)
+        errors = sorted(schema_validator(schema).iter_errors(defaulted), key=lambda e: [str(x) for x in e.absolute_path])
+        return [p for error in errors for p in _schema_problem(doc, error)]
+    except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType, re.error, AttributeError, TypeError, ValueError,
+            RecursionError) as exc:
+        # a hand-edited CRD whose schema is no schema: the API server would not have installed it
+        return [Problem(file, "", "", f"holds the CRD for {doc.kind} ({group}), whose openAPIV3Schema for {version} "
+                        f"cannot be used ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}), so {doc.ref} is "
+                        "not checked.", "use the CRD file as its project publishes it")]
 
 
 def with_defaults(doc: Doc, crd_dir: Path) -> Doc:
