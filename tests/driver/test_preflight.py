@@ -169,8 +169,8 @@ def test_a_built_in_models_missing_fsdp_unit_is_refused_at_load_as_the_preflight
 
     import torch
 
-    from raytrain import sharding
-    from raytrain.build import build_model
+    from raytrain.parallel import sharding
+    from raytrain.spec.build import build_model
 
     path = tmp_path / "job.yaml"
     text = f"model: {model}\ndata: {{_component_: raytrain.data.linear.Linear}}\nscaling: {{strategy: fsdp}}\n"
