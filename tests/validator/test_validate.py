@@ -236,6 +236,9 @@ BROKEN = [
      "spec.entrypoint", "unrecognized arguments: --workers 3"),
     ("no working_dir for a relative config", RJ, [("RayJob", ["spec", "runtimeEnvYAML"], "env_vars: {A: b}\n")],
      "spec.runtimeEnvYAML", "has no working_dir"),
+    ("no worker group, and the head holds no worker", SA,
+     [("RayJob", ["spec", "rayClusterSpec", "workerGroupSpecs"], DELETE)], "data.job.yaml",
+     "this job can never be scheduled: it needs 3 workers"),
     ("fsdp_wrap names a class the model lacks", SA,
      [("job.yaml", "num_workers: 3", "num_workers: 3\n  strategy: fsdp\n  fsdp_wrap: [Block]")],
      "data.job.yaml", "scaling.fsdp_wrap: Block is not a module class of the model Sequential"),
@@ -424,3 +427,22 @@ def test_a_rayjob_on_the_chart_s_bucket_cluster(crd_dir, tmp_path, storage, seve
     found = [p for p in validate_paths([path], crd_dir, values=values) if p.severity != "note"]
     assert [(p.severity, words in str(p)) for p in found] == ([] if severity is None else [(severity, True)]), \
         "\n".join(map(str, found))
+
+
+# Issue 40's mutated manifests that stay valid, each because the API server, KubeRay and raytrain all take it:
+# (case, manifest, edits). An empty groupName: the CRD has no minLength, KubeRay v1.7.0's validation.go checks
+# duplicates only, its pods are named <cluster>--worker-xxxxx (a valid name) and labelled ray.io/group: "" (a valid
+# label value), and raytrain reads no group name. No worker group, where the head holds the job: Ray schedules the
+# 3 workers on the head's CPUs, as `raytrain run` sizes them (sizing.py counts the head).
+STILL_VALID = [
+    ("empty groupName", SA, [("RayJob", WORKER0 + ["groupName"], "")]),
+    ("no worker group, the head holds the job", SA,
+     [("RayJob", ["spec", "rayClusterSpec", "workerGroupSpecs"], DELETE),
+      ("RayJob", HEAD + ["rayStartParams", "num-cpus"], "3")]),
+]
+
+
+@pytest.mark.parametrize("case,manifest,edits", STILL_VALID, ids=[c[0] for c in STILL_VALID])
+def test_manifests_the_cluster_takes_stay_valid(crd_dir, tmp_path, case, manifest, edits):
+    path = _write_broken(tmp_path, manifest, edits)
+    assert errors(validate_paths([path], crd_dir)) == []
