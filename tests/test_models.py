@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from raytrain import models, nets
+from raytrain.spec import fsdp_units
 
 
 def small_gpt(**overrides):
@@ -52,3 +53,23 @@ def test_next_token_cross_entropy_averages_over_every_position():
     logits, targets = torch.randn(2, 3, 7), torch.randint(0, 7, (2, 3))
     expected = torch.nn.functional.cross_entropy(logits.reshape(6, 7), targets.reshape(6))
     assert torch.allclose(nets.next_token_cross_entropy(logits, targets), expected)
+
+
+@pytest.mark.parametrize("path, kwargs", [
+    ("raytrain.models.mlp", {}), ("raytrain.models.mlp", {"layers": 0}), ("raytrain.models.mlp", {"layers": 3}),
+    ("raytrain.models.small_cnn", {}), ("raytrain.models.text_rnn", {}), ("raytrain.models.text_rnn", {"cell": "gru"}),
+    ("raytrain.models.text_rnn", {"cell": "rnn", "n_layers": 1}), ("raytrain.models.gpt", {"n_layers": 2}),
+    ("raytrain.models.vit", {"num_layers": 1, "hidden_dim": 16, "num_heads": 2, "mlp_dim": 16}),
+])
+def test_what_a_built_in_model_is_built_of_is_known_without_torch(path, kwargs):
+    """fsdp_units.built_of (the config's check of scaling.fsdp_wrap) says what torch builds, for each built-in model."""
+    with torch.device("meta"):
+        model = getattr(models, path.rpartition(".")[2])(**kwargs)
+    classes = sorted({f"{type(m).__module__}.{type(m).__qualname__}" for m in model.modules() if m is not model})
+    root, declared = fsdp_units.built_of(path, getattr(models, path.rpartition(".")[2]), kwargs)
+    assert (root, sorted(declared)) == (type(model).__name__, classes)
+
+
+def test_only_built_in_models_are_known_without_torch():
+    assert fsdp_units.built_of("torch.nn.Linear", torch.nn.Linear, {}) is None
+    assert fsdp_units.built_of("my_project.models.net", models.mlp, {}) is None

@@ -836,7 +836,11 @@ def test_a_long_release_name_gives_a_service_account_name_kuberay_keeps():
 URLS = ["s3://team-bucket/runs", "gs://team-bucket", "s3://team-bucket/runs/", "s3://a.b-c/x/y", "s3:/team-bucket/runs",
         "S3://team-bucket/runs", "s3:///team-bucket", "s3://Team_Bucket/runs", "s3://ab/runs", "s3://team-bucket//runs",
         "s3://team-bucket/../runs", "s3://team-bucket/./runs", "https://team-bucket/runs", "az://container/runs",
-        "/mnt/shared/runs", "team-bucket/runs", "gs://-bad-/runs", "s3://team-bucket/a/.."]
+        "/mnt/shared/runs", "team-bucket/runs", "gs://-bad-/runs", "s3://team-bucket/a/..",
+        # bucket names the store refuses at CreateBucket (issue 40), and GCS's that S3's pattern would refuse
+        "s3://team..bucket/runs", "s3://10.1.2.3/runs", "gs://10.1.2.3/runs", "s3://xn--team/runs",
+        "s3://team-s3alias/runs", "s3://sthree-team/runs", "gs://team_bucket/runs", "gs://google-team/runs",
+        "gs://goog-team", "gs://" + "a" * 64 + "/runs", "gs://runs.team.example.com/x", "s3://" + "a" * 63 + "/x"]
 
 
 @pytest.mark.parametrize("url", URLS)
@@ -857,6 +861,8 @@ BAD_OBJECT_STORAGE = [
     ({"objectStorage": {"url": "s3:/team-bucket/runs"}},
      "objectStorage.url \"s3:/team-bucket/runs\" is not an s3:// or gs:// URL: --set objectStorage.url=s3://BUCKET/PREFIX"),
     ({"objectStorage": {"url": "s3://Team_Bucket"}}, "the bucket name must be 3-63 characters"),
+    ({"objectStorage": {"url": "s3://team..bucket/runs"}},
+     "the bucket name has two periods in a row, so no bucket has that name: --set objectStorage.url=s3://BUCKET/PREFIX"),
     ({"objectStorage": {"url": "az://container/runs"}}, "Azure Blob Storage has no S3 API"),
     ({"objectStorage": {"url": "s3://team-bucket/a//b"}}, "its prefix has an empty, '.', '..'"),
     ({"objectStorage": {"url": "gs://team-bucket", "endpoint": "http://x:9000"}},

@@ -99,6 +99,9 @@ def test_local_refuses_use_gpu_without_cuda():
      ["scaling.strategy: fsdp shards a model by its submodules", "Linear has no submodule", "scaling.strategy: ddp"]),
     ("{_component_: mlp}", ["scaling.fsdp_wrap=[Linaer]"],
      ["scaling.fsdp_wrap: Linaer is not a module class of the model", "did you mean 'Linear'"]),
+    # a model of the user's (not built in: known once built), refused by the preflight's build
+    ("{_component_: torch.nn.TransformerEncoderLayer, d_model: 4, nhead: 1}", ["scaling.fsdp_wrap=[Linaer]"],
+     ["scaling.fsdp_wrap: Linaer is not a module class of the model TransformerEncoderLayer", "did you mean 'Linear'"]),
 ])
 def test_a_model_fsdp_cannot_shard_is_named_before_ray(tmp_path, model, overrides, fragments):
     path = tmp_path / "job.yaml"
@@ -107,7 +110,8 @@ def test_a_model_fsdp_cannot_shard_is_named_before_ray(tmp_path, model, override
     with pytest.raises(ConfigError) as caught:
         preflight.check_model_builds(load_config(str(path), overrides))
     message = str(caught.value)
-    assert message.startswith(str(path)) and "Fix:" in message
+    # a built-in model's units are known at load, which names the --set that gave them
+    assert message.startswith((str(path), f"--set {overrides[0]}" if overrides else str(path))) and "Fix:" in message
     for fragment in fragments:
         assert fragment in message, message
 
@@ -153,3 +157,32 @@ def test_a_resume_with_the_other_checkpointer_is_refused_naming_the_setting(tmp_
         preflight.check_resume(cfg, runrecords.Records(run_dir))
     assert "a sharded checkpoint, but this config writes file ones" in str(caught.value)
     assert "--set run.checkpointer=sharded" in str(caught.value)
+
+
+@pytest.mark.parametrize("model, wrap", [("{_component_: mlp}", "Block"), ("{_component_: mlp, layers: 0}", "ReLU"),
+                                         ("{_component_: gpt}", "Blocks"), ("{_component_: text_rnn, cell: gru}",
+                                                                            "torch.nn.modules.rnn.LSTM")])
+def test_a_built_in_models_missing_fsdp_unit_is_refused_at_load_as_the_preflight_refuses_it(tmp_path, model, wrap):
+    """Issue 40: `raytrain validate` (which never imports torch) refused nothing here; the config now refuses it at
+    load (spec/fsdp_units.py), with the words the preflight's check of the built model says."""
+    import dataclasses
+
+    import torch
+
+    from raytrain.parallel import sharding
+    from raytrain.spec.build import build_model
+
+    path = tmp_path / "job.yaml"
+    text = f"model: {model}\ndata: {{_component_: raytrain.data.linear.Linear}}\nscaling: {{strategy: fsdp}}\n"
+    path.write_text(text.replace("fsdp}", f"fsdp, fsdp_wrap: [{wrap}]}}"))
+    with pytest.raises(ConfigError) as at_load:
+        load_config(str(path))
+    path.write_text(text)
+    cfg = load_config(str(path))
+    cfg = dataclasses.replace(cfg, scaling=dataclasses.replace(cfg.scaling, fsdp_wrap=[wrap]))
+    with torch.device("meta"):
+        built = build_model(cfg)
+    with pytest.raises(ConfigError) as at_preflight:
+        sharding.check_units(built, cfg)
+    assert str(at_load.value) == str(at_preflight.value), (str(at_load.value), str(at_preflight.value))
+    assert f"scaling.fsdp_wrap: {wrap} is not a module class of the model" in str(at_load.value)

@@ -36,6 +36,20 @@ def run_dir(prefix: str, name: str = "run"):
     ("file:///tmp/runs", "is not how a URL begins"),
     ("s3://My_Bucket/runs", "is not a bucket name"),
     ("s3://ab/runs", "is not a bucket name"),
+    # the names S3 (and GCS) refuse at CreateBucket, so that no such bucket exists (issue 40)
+    ("s3://" + "a" * 64 + "/runs", "3-63 characters"),
+    ("s3://my..bucket/runs", "two periods in a row"),
+    ("s3://192.168.5.4/runs", "written as an IP address"),
+    ("s3://xn--bucket/runs", "beginning with 'xn--'"),
+    ("s3://sthree-bucket/runs", "beginning with 'sthree-'"),
+    ("s3://bucket-s3alias/runs", "ending with '-s3alias'"),
+    ("s3://bucket--ol-s3/runs", "ending with '--ol-s3'"),
+    ("s3://my_bucket/runs", "is not a bucket name S3 accepts"),
+    ("gs://10.0.0.1/runs", "written as an IP address"),
+    ("gs://google-runs/runs", "holding 'google'"),
+    ("gs://goog-runs/runs", "beginning with 'goog'"),
+    ("gs://" + "a" * 64 + "/runs", "longer than 63"),
+    ("gs://MyBucket/runs", "is not a bucket name GCS accepts"),
     ("s3://bucket/../runs", "'..' part"),
     ("s3://bucket//runs", "empty"),
     ("s3://bucket/ru\x00ns", "not printable"),
@@ -50,7 +64,9 @@ def test_a_mistyped_url_is_refused_naming_it_and_the_fix(url, problem):
     assert "Fix:" in str(refused.value)
 
 
-@pytest.mark.parametrize("path", ["./runs", "/mnt/shared/runs", "runs:1", "s3bucket/runs", "s3://bucket", "s3://b.c-d/x/"])
+@pytest.mark.parametrize("path", ["./runs", "/mnt/shared/runs", "runs:1", "s3bucket/runs", "s3://bucket", "s3://b.c-d/x/",
+                                  "s3://" + "a" * 63 + "/runs", "s3://my.bucket.1/runs", "s3://1.2.3/runs",
+                                  "gs://my_bucket/runs", "gs://runs.example.com/runs", "gs://" + "a." * 100 + "b/x"])
 def test_paths_and_good_urls_pass_the_shape_check(path):
     assert storage.url_problem(path) is None
 

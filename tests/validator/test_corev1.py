@@ -129,6 +129,11 @@ CORE_BROKEN = [
                                                    [{"key": "a", "operator": "Bogus"}])],
      "spec.template.spec.tolerations[0].operator", "not Equal or Exists"),
     ("Deployment replicas -1", "Deployment", [(["spec", "replicas"], -1)], "spec.replicas", "must be 0 or more"),
+    ("Deployment replicas beyond int32", "Deployment", [(["spec", "replicas"], 2**31)], "spec.replicas",
+     "beyond a 32-bit integer"),
+    ("pod template annotations over 256 KiB", "Deployment",
+     [(["spec", "template", "metadata", "annotations"], {"note": "x" * (256 * 1024)})],
+     "spec.template.metadata.annotations", "above Kubernetes' 262144"),
     ("Service port 0", "Service", [(["spec", "ports", 0, "port"], 0)], "spec.ports[0].port", "not a port"),
     ("two unnamed Service ports", "Service", [(["spec", "ports"], [{"port": 80}, {"port": 81}])],
      "spec.ports[0].name", "required when a Service has several ports"),
@@ -169,6 +174,15 @@ RAY_BROKEN = [
      "spec.runtimeEnvYAML", "found the key 'working_dir' twice"),
     ("num-cpus not a number", [(WORKER0 + ["rayStartParams"], {"num-cpus": "abc"})],
      "spec.rayClusterSpec.workerGroupSpecs[0].rayStartParams.num-cpus", "is not a number"),
+    # issue 40: what the API server refuses that passed
+    ("worker replicas beyond int32", [(WORKER0 + ["replicas"], 2**31), (WORKER0 + ["maxReplicas"], 2**31)],
+     "spec.rayClusterSpec.workerGroupSpecs[0].replicas", "beyond a 32-bit integer (format: int32)"),
+    ("maxReplicas beyond int32", [(WORKER0 + ["maxReplicas"], 2**40)],
+     "spec.rayClusterSpec.workerGroupSpecs[0].maxReplicas", "beyond a 32-bit integer"),
+    ("annotations over 256 KiB of UTF-8, under it in characters", [(["metadata", "annotations"], {"a": "é" * 140000})],
+     "metadata.annotations", "total 280001 bytes, above Kubernetes' 262144"),
+    ("worker pod annotations over 256 KiB", [(WORKER0 + ["template", "metadata", "annotations"], {"a": "x" * 262144})],
+     "spec.rayClusterSpec.workerGroupSpecs[0].template.metadata.annotations", "above Kubernetes' 262144"),
 ]
 
 

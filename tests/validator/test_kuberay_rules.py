@@ -68,6 +68,15 @@ COLLECTOR = {"image": "registry.example/collector:1", "env": [{"name": "STORAGE_
 RULE_SUCCEEDED = {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}
 
 
+# KubeRay v1.7.0's config/samples/ray-job.light-weight-submitter.yaml: the job's command after `--` in the args of
+# a submitter image's own command (the whole sample: data/kuberay-v1.7.0-ray-job.light-weight-submitter.yaml).
+LIGHT_WEIGHT_SUBMITTER = {"spec": {"restartPolicy": "Never", "containers": [{
+    "name": "my-custom-rayjob-submitter", "image": "quay.io/kuberay/submitter:v1.5.1", "command": ["/submitter"],
+    "args": ["--", "python", "/home/ray/samples/sample_code.py"]}]}}
+SUBMITTER_ARGS_ONLY = {"spec": {"restartPolicy": "Never", "containers": [{
+    "name": "submitter", "image": "quay.io/kuberay/submitter:v1.5.1", "args": ["--", "python", "sample_code.py"]}]}}
+
+
 def env(**pairs: str) -> list[dict]:
     return [{"name": k, "value": v} for k, v in pairs.items()]
 
@@ -497,6 +506,25 @@ CASES = [
          {"spec.deletionStrategy": {"deletionRules": [{"policy": "DeleteSelf", "condition": {
              "jobStatus": "FAILED", "ttlSeconds": 5}}]}},
          "spec.deletionStrategy.deletionRules[0].condition", "requires either the JobStatus"),
+    # raytrain: a RayJob that truly has no command (rayjob.py check_job_entrypoint; KubeRay v1.7.0
+    # rayjob_controller.go configureSubmitterContainer runs a K8sJobMode submitter container's own command as given)
+    Case("no entrypoint, default submitter", J, {"spec.entrypoint": DELETE},
+         {"spec.entrypoint": DELETE, "spec.submissionMode": "InteractiveMode"}, "spec.entrypoint", "empty or missing"),
+    Case("no entrypoint, submitter args without a command", J,
+         {"spec.entrypoint": DELETE, "spec.submitterPodTemplate": SUBMITTER_ARGS_ONLY},
+         {"spec.entrypoint": DELETE, "spec.submitterPodTemplate": LIGHT_WEIGHT_SUBMITTER}, "spec.entrypoint",
+         "has args but no command"),
+    Case("no entrypoint, custom submitter command in HTTPMode", J,
+         {"spec.entrypoint": DELETE, "spec.submitterPodTemplate": LIGHT_WEIGHT_SUBMITTER, "spec.submissionMode":
+          "HTTPMode"},
+         {"spec.entrypoint": DELETE, "spec.submitterPodTemplate": LIGHT_WEIGHT_SUBMITTER, "spec.submissionMode":
+          "K8sJobMode"}, "spec.entrypoint", "empty or missing"),
+    Case("no entrypoint in SidecarMode", J, {"spec.entrypoint": "  ", "spec.submissionMode": "SidecarMode"},
+         {"spec.submissionMode": "SidecarMode"}, "spec.entrypoint", "empty or missing"),
+    Case("no entrypoint, custom submitter on an existing cluster", S,
+         {"spec.entrypoint": DELETE, "spec.submitterPodTemplate": SUBMITTER_ARGS_ONLY},
+         {"spec.entrypoint": DELETE, "spec.submitterPodTemplate": LIGHT_WEIGHT_SUBMITTER}, "spec.entrypoint",
+         "has args but no command"),
     Case("CEL: RayCluster managedBy", C, {"spec.managedBy": "my-controller"},
          {"spec.managedBy": "kueue.x-k8s.io/multikueue"}, "spec.managedBy", "must be either"),
     Case("CEL: RayJob managedBy", J, {"spec.managedBy": "my-controller"}, {"spec.managedBy": "ray.io/kuberay-operator"},

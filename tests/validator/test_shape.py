@@ -100,3 +100,12 @@ def test_groups_and_shared_mounts():
     assert shared_mounts(spec) == ["/mnt/shared"]
     worker["template"]["spec"]["containers"][0]["volumeMounts"] = [mount | {"mountPath": "/data"}]
     assert shared_mounts(spec) == []
+
+
+@pytest.mark.parametrize("grace, seconds", [(None, 30), (0, 0), (60, 60), (-5, 1)])
+def test_the_grace_period_is_the_one_the_api_server_stores(grace, seconds):
+    """`raytrain emulate` kills a deleted node after it: a negative one is stored as 1 s (issue 40)."""
+    g = group()
+    if grace is not None:
+        g["template"]["spec"]["terminationGracePeriodSeconds"] = grace
+    assert node_spec(g, "w-0", "w", False, "g").grace_seconds == seconds

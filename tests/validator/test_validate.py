@@ -236,6 +236,12 @@ BROKEN = [
      "spec.entrypoint", "unrecognized arguments: --workers 3"),
     ("no working_dir for a relative config", RJ, [("RayJob", ["spec", "runtimeEnvYAML"], "env_vars: {A: b}\n")],
      "spec.runtimeEnvYAML", "has no working_dir"),
+    ("no worker group, and the head holds no worker", SA,
+     [("RayJob", ["spec", "rayClusterSpec", "workerGroupSpecs"], DELETE)], "data.job.yaml",
+     "this job can never be scheduled: it needs 3 workers"),
+    ("fsdp_wrap names a class the model lacks", SA,
+     [("job.yaml", "num_workers: 3", "num_workers: 3\n  strategy: fsdp\n  fsdp_wrap: [Block]")],
+     "data.job.yaml", "scaling.fsdp_wrap: Block is not a module class of the model Sequential"),
     ("ConfigMap not in the manifest set", RJ, [("drop", "ConfigMap", None)],
      "spec.submitterPodTemplate.spec.volumes", "not in this manifest set"),
 ]
@@ -354,6 +360,14 @@ STORAGE_OF_THE_S3_JOB = [
     ("one slash", "s3:/raytrain-runs/runs", [], "spec.entrypoint", "'s3:/' is not how a URL begins"),
     ("upper-case scheme", "S3://raytrain-runs/runs", [], "spec.entrypoint", "write s3://BUCKET/PREFIX (lower case"),
     ("bucket name", "s3://Raytrain_Runs/runs", [], "spec.entrypoint", "'Raytrain_Runs' is not a bucket name"),
+    # names S3 refuses at CreateBucket (issue 40): the same rule as `raytrain run`'s (storage.bucket_problem)
+    ("bucket with adjacent periods", "s3://raytrain..runs/runs", [], "spec.entrypoint", "two periods in a row"),
+    ("bucket an IP address", "s3://10.1.2.3/runs", [], "spec.entrypoint", "written as an IP address"),
+    ("bucket with the xn-- prefix", "s3://xn--raytrain/runs", [], "spec.entrypoint", "beginning with 'xn--'"),
+    ("bucket in upper case", "s3://RaytrainRuns/runs", [], "spec.entrypoint", "is not a bucket name S3 accepts"),
+    ("bucket too short", "s3://rt/runs", [], "spec.entrypoint", "3-63 characters"),
+    ("bucket too long", "s3://" + "r" * 64 + "/runs", [], "spec.entrypoint", "3-63 characters"),
+    ("gs bucket with an underscore", "gs://raytrain_runs/runs", [], None, None),
     ("dot-dot prefix", "s3://raytrain-runs/../runs", [], "spec.entrypoint", "its prefix has an empty, '.' or '..' part"),
     ("https URL", "https://raytrain-runs/runs", [], "spec.entrypoint", "https:// is not a storage raytrain can use"),
     ("azure URL", "az://runs/linear", [], "spec.entrypoint", "az:// is not a storage raytrain can use"),
@@ -413,3 +427,22 @@ def test_a_rayjob_on_the_chart_s_bucket_cluster(crd_dir, tmp_path, storage, seve
     found = [p for p in validate_paths([path], crd_dir, values=values) if p.severity != "note"]
     assert [(p.severity, words in str(p)) for p in found] == ([] if severity is None else [(severity, True)]), \
         "\n".join(map(str, found))
+
+
+# Issue 40's mutated manifests that stay valid, each because the API server, KubeRay and raytrain all take it:
+# (case, manifest, edits). An empty groupName: the CRD has no minLength, KubeRay v1.7.0's validation.go checks
+# duplicates only, its pods are named <cluster>--worker-xxxxx (a valid name) and labelled ray.io/group: "" (a valid
+# label value), and raytrain reads no group name. No worker group, where the head holds the job: Ray schedules the
+# 3 workers on the head's CPUs, as `raytrain run` sizes them (sizing.py counts the head).
+STILL_VALID = [
+    ("empty groupName", SA, [("RayJob", WORKER0 + ["groupName"], "")]),
+    ("no worker group, the head holds the job", SA,
+     [("RayJob", ["spec", "rayClusterSpec", "workerGroupSpecs"], DELETE),
+      ("RayJob", HEAD + ["rayStartParams", "num-cpus"], "3")]),
+]
+
+
+@pytest.mark.parametrize("case,manifest,edits", STILL_VALID, ids=[c[0] for c in STILL_VALID])
+def test_manifests_the_cluster_takes_stay_valid(crd_dir, tmp_path, case, manifest, edits):
+    path = _write_broken(tmp_path, manifest, edits)
+    assert errors(validate_paths([path], crd_dir)) == []

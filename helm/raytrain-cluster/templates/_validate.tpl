@@ -272,17 +272,28 @@ batchScheduler.priorityClassName is read by Volcano only (KubeRay's ray.io/prior
 
 {{/*
 objectStorage.url in the shape training/raytrain/rundir/storage.py url_problem accepts (tests/chart/test_chart.py holds the two
-to the same table): s3:// or gs://, an S3-style bucket name, a prefix without empty, '.' or '..' parts.
+to the same table): s3:// or gs://, a bucket name the store accepts, a prefix without empty, '.' or '..' parts.
 */}}
 {{- define "raytrain.validateValues.objectStorageUrl" -}}
 {{- with .Values.objectStorage.url }}
 {{- $scheme := regexFind "^[A-Za-z][A-Za-z0-9+.-]*:" . | trimSuffix ":" | lower }}
+{{- /* the names the store refuses at CreateBucket (storage.py bucket_problem) */}}
+{{- $bucket := regexReplaceAll "^[a-z0-9]+://([^/]*).*$" . "${1}" }}
+{{- $bucketRefused := "" }}
+{{- if contains ".." $bucket }}{{ $bucketRefused = "the bucket name has two periods in a row" }}
+{{- else if regexMatch "^[0-9]{1,3}([.][0-9]{1,3}){3}$" $bucket }}{{ $bucketRefused = "the bucket name is written as an IP address" }}
+{{- else if and (hasPrefix "s3://" .) (or (regexMatch "^(xn--|sthree-|amzn-s3-demo-)" $bucket) (regexMatch "(-s3alias|--ol-s3|[.]mrap|--x-s3|--table-s3)$" $bucket)) }}{{ $bucketRefused = "S3 keeps bucket names with that prefix or suffix for itself" }}
+{{- else if and (hasPrefix "gs://" .) (regexMatch "[^.]{64}" $bucket) }}{{ $bucketRefused = "a dot-separated part of the bucket name is longer than 63 characters" }}
+{{- else if and (hasPrefix "gs://" .) (or (hasPrefix "goog" $bucket) (contains "google" $bucket)) }}{{ $bucketRefused = "GCS keeps bucket names beginning with 'goog' or holding 'google' for Google" }}
+{{- end }}
 {{- if has $scheme (list "az" "abfs" "abfss" "wasb" "wasbs" "azure") }}
 objectStorage.url {{ . | quote }}: Azure Blob Storage has no S3 API, and raytrain reaches only s3:// and gs:// buckets. On AKS keep the runs on the shared volume (--set objectStorage.url="",sharedStorage.storageClass=<an NFS-protocol Azure Files class>), or put an S3-compatible gateway in front of the storage account and --set objectStorage.url=s3://BUCKET/PREFIX,objectStorage.endpoint=http://GATEWAY:PORT
 {{- else if not (regexMatch "^(s3|gs)://" .) }}
 objectStorage.url {{ . | quote }} is not an s3:// or gs:// URL: --set objectStorage.url=s3://BUCKET/PREFIX (or gs://BUCKET/PREFIX; lower case, two slashes), e.g. s3://my-bucket/runs
-{{- else if not (regexMatch "^(s3|gs)://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)" .) }}
-objectStorage.url {{ . | quote }}: the bucket name must be 3-63 characters of a-z, 0-9, '.' and '-' that start and end with a letter or digit: --set objectStorage.url=s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs
+{{- else if not (regexMatch "^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]|gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9])(/|$)" .) }}
+objectStorage.url {{ . | quote }}: the bucket name must be 3-63 characters of a-z, 0-9, '.' and '-' (on gs:// also '_', and up to 222 with dots) that start and end with a letter or digit: --set objectStorage.url=s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs
+{{- else if $bucketRefused }}
+objectStorage.url {{ . | quote }}: {{ $bucketRefused }}, so no bucket has that name: --set objectStorage.url=s3://BUCKET/PREFIX with your bucket's name, e.g. s3://my-bucket/runs
 {{- else if or (contains "//" (regexReplaceAll "^[a-z0-9]+://" . "")) (regexMatch "/[.]{1,2}(/|$)" .) (regexMatch "[[:cntrl:]]" .) }}
 objectStorage.url {{ . | quote }}: its prefix has an empty, '.', '..' or control-character part, which an object store keeps as a literal key: write every part out, --set objectStorage.url=s3://BUCKET/PREFIX, e.g. s3://my-bucket/runs
 {{- end }}

@@ -534,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check values files, charts and manifests before they reach a cluster")
     validate.add_argument("paths", nargs="+", metavar="PATH")
-    validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
+    validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS); "
+                          "other operators' CRD files in it check their kinds too")
     validate.add_argument("--values", metavar="VALUES.yaml",
                           help="chart values a clusterSelector RayJob's target cluster is rendered with "
                                "(default: the chart's values.yaml); may live anywhere")

@@ -20,10 +20,10 @@ shards for the sharded checkpointer. torch is imported when a function runs.
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Any, Optional
 
 from raytrain.errors import ConfigError
+from raytrain.spec.fsdp_units import fsdp_wrap_problem
 
 if TYPE_CHECKING:
     import torch
@@ -63,16 +63,10 @@ def check_units(model: "nn.Module", cfg: "RunConfig") -> None:
     names = cfg.scaling.fsdp_wrap
     where = f"{cfg.source}: scaling.fsdp_wrap"
     classes = unit_classes(model, names)
-    present = sorted({type(m).__name__ for m in model.modules() if m is not model})
-    if names:
-        missing = [n for n in names if not any(n in (c.__name__, f"{c.__module__}.{c.__qualname__}")
-                                               for c in classes)]
-        if missing:
-            close = difflib.get_close_matches(missing[0], present, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise ConfigError(f"{where}: {', '.join(missing)} is not a module class of the model "
-                              f"{type(model).__name__}. Fix: {hint}name classes the model has: "
-                              f"{', '.join(present) or '(none)'}.")
+    present = sorted({f"{type(m).__module__}.{type(m).__qualname__}" for m in model.modules() if m is not model})
+    problem = fsdp_wrap_problem(names, present, type(model).__name__) if names else None
+    if problem:  # the rule the config applies at load to a built-in model (spec/fsdp_units.py)
+        raise ConfigError(f"{where}: {problem[0]}. Fix: {problem[1]}.")
     if not classes or not units(model, classes):
         raise ConfigError(f"{cfg.source}: scaling.strategy: fsdp shards a model by its submodules, and "
                           f"{type(model).__name__} has no submodule holding parameters. Fix: use "

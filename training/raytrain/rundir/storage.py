@@ -36,8 +36,40 @@ URL_SCHEMES = {"s3": "s3fs", "gs": "gcsfs"}
 _URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>[^/].*)$", re.DOTALL)
 # What a mistyped URL looks like (a Windows drive letter is no storage path on a Ray node either)
 _LOOSE_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/+")
-# S3's bucket naming rules (GCS's are a superset for the names people use): 3-63 of a-z 0-9 . -
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Bucket naming rules, which the store enforces at CreateBucket (so no bucket of another name exists to write to).
+# S3 (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html, general purpose buckets): 3-63 of
+# a-z 0-9 . -, a letter or digit at each end, no '..', not an IPv4 address, none of the prefixes and suffixes S3
+# keeps for itself. GCS (cloud.google.com/storage/docs/buckets#naming): '_' too, dotted names up to 222 with each
+# dot-separated part at most 63, not an IPv4 address, not beginning with 'goog' nor holding 'google'.
+_BUCKET = {"s3": re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
+           "gs": re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")}
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_problem(scheme: str, bucket: str) -> Optional[str]:
+    """Why `bucket` is not a bucket name the store (s3 or gs) accepts, or None. One rule for `raytrain run`'s start
+    and `raytrain validate` (both through url_problem)."""
+    if not _BUCKET[scheme].match(bucket):
+        if scheme == "gs":
+            return "3-63 characters of a-z, 0-9, '.', '-' and '_' (222 with dots), a letter or digit at each end"
+        return "3-63 characters of a-z, 0-9, '.' and '-', a letter or digit at each end"
+    if ".." in bucket:
+        return "two periods in a row"
+    if _IPV4.match(bucket):
+        return "it is written as an IP address"
+    if scheme == "s3":
+        reserved = [p for p in _S3_RESERVED_PREFIXES if bucket.startswith(p)]
+        reserved += [s for s in _S3_RESERVED_SUFFIXES if bucket.endswith(s)]
+        if reserved:
+            return f"S3 keeps names {'beginning' if bucket.startswith(reserved[0]) else 'ending'} with " \
+                   f"'{reserved[0]}' for itself"
+    elif any(len(part) > 63 for part in bucket.split(".")):
+        return "a dot-separated part is longer than 63 characters"
+    elif bucket.startswith("goog") or "google" in bucket:
+        return "GCS keeps names beginning with 'goog' or holding 'google' for Google"
+    return None
 
 
 class StorageError(UsageError):
@@ -88,9 +120,10 @@ def url_problem(storage_path: str) -> Optional[tuple[str, str]]:
         return (f"{scheme}:// is not a storage raytrain can use",
                 "give a directory (a shared volume on a cluster), s3://BUCKET/PREFIX or gs://BUCKET/PREFIX")
     bucket = rest.split("/", 1)[0]
-    if not _BUCKET.match(bucket):
-        return (f"{bucket!r} is not a bucket name (3-63 characters of a-z, 0-9, '.' and '-')",
-                f"write it as {scheme}://BUCKET/PREFIX, e.g. {scheme}://my-bucket/runs")
+    why = bucket_problem(scheme, bucket)
+    if why is not None:
+        return (f"{bucket!r} is not a bucket name {'S3' if scheme == 's3' else 'GCS'} accepts ({why})",
+                f"give the name of your bucket as {scheme}://BUCKET/PREFIX, e.g. {scheme}://my-bucket/runs")
     if any(part in (".", "..") for part in rest.split("/")[1:]) or "//" in rest or not rest.isprintable():
         return ("its prefix has an empty, '.' or '..' part, or a character that is not printable (a control "
                 "character, bytes that are not UTF-8), which an object store would keep as a literal key", f"write the prefix out, e.g. {scheme}://{bucket}/runs")

@@ -26,7 +26,7 @@ import yaml
 from raytrain.data import DataContext, DataSource
 from raytrain.errors import ConfigError, shorten, shown
 from raytrain.rundir import storage
-from raytrain.spec import components, loops, yamlfile
+from raytrain.spec import components, fsdp_units, loops, yamlfile
 from raytrain.spec.components import COMPONENT_KEY, Component
 from raytrain.spec.run_options import Override, Setting, override_origin
 from raytrain.spec.sections import (
@@ -465,6 +465,10 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
     if s.fsdp_wrap and s.strategy != "fsdp" and not s.activation_checkpointing:
         fail("scaling.fsdp_wrap", "names FSDP units but scaling.strategy is ddp", "set scaling.strategy: fsdp, or "
              "drop scaling.fsdp_wrap")
+    built = (fsdp_units.built_of(cfg.model.path, cfg.model.target, cfg.model.kwargs)
+             if s.fsdp_wrap and cfg.model is not None else None)
+    if built is not None and (problem := fsdp_units.fsdp_wrap_problem(s.fsdp_wrap, built[1], built[0])):
+        fail("scaling.fsdp_wrap", *problem)  # a built-in model, known without torch: refused at load, as in validate
     if not s.use_gpu and t.mixed_precision in ("bf16", "fp16"):
         fail(
             "train.mixed_precision",

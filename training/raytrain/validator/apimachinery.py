@@ -103,9 +103,11 @@ def check_annotations(doc: Doc, annotations: Any, field: str) -> list[Problem]:
             out.append(doc.problem(field, f"key {shown(key)} is not a valid annotation key.", KEY_FIX))
         if not isinstance(value, str):
             out.append(doc.problem(f"{field}.{key}", f"is {shown(value)}, not a string.", "quote the value"))
-    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    # Go's len(): bytes of UTF-8, not characters (100 Ki of 'é' is 200 KiB)
+    size = sum(len(str(k).encode("utf-8", "surrogatepass")) + len(str(v).encode("utf-8", "surrogatepass"))
+               for k, v in annotations.items())
     if size > TOTAL_ANNOTATION_SIZE:
-        out.append(doc.problem(field, f"total {size} bytes, above Kubernetes' {TOTAL_ANNOTATION_SIZE}.",
+        out.append(doc.problem(field, f"total {size} bytes, above Kubernetes' {TOTAL_ANNOTATION_SIZE} (256 KiB).",
                                "move large data to a ConfigMap"))
     return out
 

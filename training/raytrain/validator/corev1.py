@@ -10,6 +10,7 @@ from typing import Any
 
 from raytrain.errors import shown
 from raytrain.validator.apimachinery import (
+    check_annotations,
     check_labels,
     check_object_meta,
     is_config_map_key,
@@ -28,10 +29,14 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _not_negative(doc: Doc, value: Any, field: str) -> list[Problem]:
-    # ValidateNonnegativeField
+def _not_negative(doc: Doc, value: Any, field: str, most: int = INT32_MAX) -> list[Problem]:
+    # ValidateNonnegativeField; and the Go int32 the API server decodes these fields into (a larger number is refused
+    # as it is read, "cannot unmarshal number ... of type int32")
     if _int(value) and value < 0:
         return [doc.problem(field, f"is {value}; it must be 0 or more.", "use 0 or more")]
+    if _int(value) and value > most:
+        return [doc.problem(field, f"is {value}, beyond a {most.bit_length() + 1}-bit integer: the API server refuses "
+                            "it.", f"use a value from 0 to {most}")]
     return []
 
 
@@ -230,6 +235,8 @@ def check_pod_template(doc: Doc, template: Any, field: str) -> list[Problem]:
     meta = template.get("metadata") or {}
     if isinstance(meta, dict) and meta.get("labels") is not None:
         out += check_labels(doc, meta["labels"], f"{field}.metadata.labels")
+    if isinstance(meta, dict) and meta.get("annotations") is not None:
+        out += check_annotations(doc, meta["annotations"], f"{field}.metadata.annotations")
     return out + check_pod_spec(doc, template.get("spec"), f"{field}.spec")
 
 
@@ -245,7 +252,8 @@ def check_workload(doc: Doc) -> list[Problem]:
     out: list[Problem] = []
     for key in ("replicas", "minReadySeconds", "revisionHistoryLimit", "parallelism", "completions",
                 "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "progressDeadlineSeconds"):
-        out += _not_negative(doc, spec.get(key), f"spec.{key}")
+        out += _not_negative(doc, spec.get(key), f"spec.{key}",
+                             2**63 - 1 if key == "activeDeadlineSeconds" else INT32_MAX)  # batch's one int64
     template = spec.get("template")
     if doc.kind == "CronJob":
         template = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template")

@@ -9,6 +9,7 @@ else the two files are downloaded from KubeRay's v1.7.0 tag, checked against the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import json
@@ -106,6 +107,9 @@ def resolve_crd_dir(explicit: str | None = None, from_env: str | None = None, *,
 # schemas
 
 
+INT_FORMAT_BOUNDS = {"int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
 def _to_jsonschema(node: Any) -> Any:
     """OpenAPI v3 (structural, as the API server applies it) -> JSON schema.
 
@@ -123,6 +127,12 @@ def _to_jsonschema(node: Any) -> Any:
     if node.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    # The API server checks an integer field's format (kube-openapi's IsValueValidAgainstRange): a value beyond
+    # int32 in `replicas` (format: int32) is refused, not wrapped.
+    bounds = INT_FORMAT_BOUNDS.get(node.get("format")) if node.get("type") == "integer" else None
+    if bounds:
+        out["minimum"] = max(out.get("minimum", bounds[0]), bounds[0])
+        out["maximum"] = min(out.get("maximum", bounds[1]), bounds[1])
     if node.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     out.pop("nullable", None)
@@ -205,3 +215,70 @@ def crd_validator(crd_dir: str, kind: str, api_version: str = "ray.io/v1"):
     import jsonschema
 
     return jsonschema.Draft7Validator(_to_jsonschema(openapi_schema(crd_dir, kind, api_version)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# other operators' CRDs: any CustomResourceDefinition among the --crds directory's files (Gateway API's, Kueue's, ...)
+
+
+@dataclasses.dataclass(frozen=True)
+class OtherCRDs:
+    """The CRDs of other groups than ray.io found in a CRD directory: (group, kind) -> the CRD, and the files that
+    could not be read as YAML (each one problem, said once)."""
+
+    by_kind: dict[tuple[str, str], tuple[str, dict[str, Any]]]  # (group, kind) -> (its file, the CRD)
+    unreadable: tuple[tuple[str, str], ...]  # (file, why)
+
+
+@functools.lru_cache(maxsize=8)
+def other_crds(crd_dir: str) -> OtherCRDs:
+    """Every apiextensions.k8s.io CustomResourceDefinition in crd_dir's *.yaml/*.yml/*.json files but KubeRay's own
+    two (multi-document files too, as Gateway API's standard-install.yaml). The directory only: a CRD elsewhere is
+    not looked for."""
+    found: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    unreadable: list[tuple[str, str]] = []
+    try:
+        files = sorted(p for p in Path(crd_dir).iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file()
+                       and p.name not in CRD_FILES.values())
+    except OSError:
+        return OtherCRDs({}, ())
+    for path in files:
+        try:
+            docs = list(yaml.load_all(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        except (OSError, yaml.YAMLError) as exc:
+            unreadable.append((str(path), " ".join(str(exc).split())[:200]))
+            continue
+        for doc in docs:
+            if not (isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+                    and isinstance(doc.get("spec"), dict)):
+                continue
+            spec = doc["spec"]
+            kind = (spec.get("names") or {}).get("kind") if isinstance(spec.get("names"), dict) else None
+            if isinstance(spec.get("group"), str) and isinstance(kind, str):
+                found[(spec["group"], kind)] = (str(path), doc)
+    return OtherCRDs(found, tuple(unreadable))
+
+
+def other_crd_schema(crd: dict[str, Any], version: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the openAPIV3Schema of a served version, as openapi_schema gives KubeRay's; the served versions). None: the
+    version is not served, or the CRD gives no schema for it."""
+    versions = (crd.get("spec") or {}).get("versions")
+    versions = [v for v in versions if isinstance(v, dict)] if isinstance(versions, list) else []
+    served = [str(v.get("name")) for v in versions if v.get("served")]
+    for entry in versions:
+        schema = (entry.get("schema") or {}).get("openAPIV3Schema") if isinstance(entry.get("schema"), dict) else None
+        if entry.get("name") == version and entry.get("served") and isinstance(schema, dict):
+            schema = copy.deepcopy(schema)
+            properties = schema.setdefault("properties", {})
+            if isinstance(properties, dict):  # else no schema: check_other_crd says so
+                properties["metadata"] = {"type": "object"}
+                properties.pop("status", None)
+            return schema, served
+    return None, served
+
+
+def schema_validator(schema: dict[str, Any]):
+    """A JSON-schema validator for a CRD's openAPIV3Schema (structural, as the API server applies it)."""
+    import jsonschema
+
+    return jsonschema.Draft7Validator(_to_jsonschema(schema))

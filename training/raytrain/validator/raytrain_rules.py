@@ -103,6 +103,69 @@ def check_image_version(doc: Doc, field: str, image: Any, ray_version: Any) -> l
 
 
 # ----------------------------------------------------------------------------------------------------------
+# the grace period against the preStop drain
+
+# `raytrain drain`'s default --wait (cli.py add_drain_command), and what the API server stores for a negative
+# terminationGracePeriodSeconds: 1 s (it has turned negative grace periods into 1 since Kubernetes 1.22, for a pod
+# and for the pod templates it creates pods from).
+DRAIN_WAIT_S = 50.0
+NEGATIVE_GRACE_STORED_S = 1
+KUBERNETES_GRACE_S = 30  # a pod's terminationGracePeriodSeconds when it gives none
+
+
+def drain_wait(command: Any) -> float | None:
+    """The --wait of a preStop `raytrain drain` hook; None when the hook runs something else."""
+    words = [str(w) for w in command] if isinstance(command, list) else []
+    for i, word in enumerate(words[:-1]):
+        if Path(word).name == "raytrain" and words[i + 1] == "drain":
+            rest, wait = words[i + 2:], DRAIN_WAIT_S
+            for j, arg in enumerate(rest):
+                value = arg.partition("=")[2] if arg.startswith("--wait=") else (
+                    rest[j + 1] if arg == "--wait" and j + 1 < len(rest) else None)
+                if value is not None:
+                    try:
+                        wait = float(value)
+                    except ValueError:
+                        return None  # `raytrain drain` refuses it at its start: not a grace-period question
+            return wait
+    return None
+
+
+def check_grace_periods(doc: Doc) -> list[Problem]:
+    """raytrain: every Ray group's pods stop within their grace period what raytrain does on a deletion: the preStop
+    drain (`raytrain drain --wait W` needs more than W seconds, as the chart's preStopDrain.marginSeconds rule says
+    for its values) and a run's checkpoint on SIGTERM. A negative terminationGracePeriodSeconds passes the API
+    server, which stores 1 s: kubelet kills the pod a second after its deletion, and the 'no step lost' drain is cut
+    off without a word."""
+    if doc.kind == "RayCluster":
+        spec, prefix = doc.obj.get("spec") or {}, "spec"
+    else:
+        spec, prefix = get(doc.obj, "spec", "rayClusterSpec", default={}), "spec.rayClusterSpec"
+    out: list[Problem] = []
+    for path, name, group in groups(spec if isinstance(spec, dict) else {}, prefix):
+        grace = get(group, "template", "spec", "terminationGracePeriodSeconds", default=KUBERNETES_GRACE_S)
+        if not isinstance(grace, int) or isinstance(grace, bool):
+            continue
+        wait = drain_wait(get(group, "template", "spec", "containers", 0, "lifecycle", "preStop", "exec", "command"))
+        field = f"{path}.template.spec.terminationGracePeriodSeconds"
+        if grace < 0:
+            cut = (f"the preStop `raytrain drain --wait {wait:g}`" if wait is not None
+                   else "a run's checkpoint on SIGTERM (raytrain stops within 20 s)")
+            out.append(doc.problem(field, f"is {grace} in group {name}: the API server accepts a negative grace period "
+                                   f"and stores {NEGATIVE_GRACE_STORED_S} s, so kubelet kills these pods a second "
+                                   f"after their deletion, cutting off {cut}: a step is lost on every pod deletion.",
+                                   f"use {int(wait) + 10 if wait is not None else 60} or more (the chart's 60 with its "
+                                   "preStop drain of 50), or leave it out for Kubernetes' 30"))
+        elif wait is not None and grace <= wait:
+            out.append(doc.problem(field, f"is {grace} in group {name}, not above its preStop `raytrain drain --wait "
+                                   f"{wait:g}`: the hook's time counts against the grace period, so kubelet kills the "
+                                   "pod before the drain has ended and `ray start` has stopped.",
+                                   f"raise it to {int(wait) + 10} or more, or lower --wait to {max(grace - 10, 1)} or "
+                                   "less (the chart keeps preStopDrain.marginSeconds: 10 between them)"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
 # reading a RayJob as raytrain runs it
 
 

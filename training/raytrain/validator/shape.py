@@ -140,8 +140,8 @@ def node_spec(group_spec: dict, name: str, group: str, head: bool, where: str) -
                 if isinstance(e, dict) and "value" in e and "name" in e}
     spec.pre_stop = [str(part) for part in get(container, "lifecycle", "preStop", "exec", "command", default=[])]
     grace = get(group_spec, "template", "spec", "terminationGracePeriodSeconds")
-    if grace is not None:
-        spec.grace_seconds = int(grace)
+    if grace is not None:  # the API server stores a negative grace period as 1 s (raytrain_rules.check_grace_periods)
+        spec.grace_seconds = int(grace) if int(grace) >= 0 else 1
     return spec
 
 

@@ -31,14 +31,8 @@ from raytrain.spec import yamlfile
 from raytrain.validator import kueue, raytrain_rules
 from raytrain.validator.apimachinery import check_object_meta
 from raytrain.validator.corev1 import check_core_object, check_pod_template
-from raytrain.validator.crds import (
-    CRD_FILES,
-    CRDError,
-    apply_defaults,
-    crd_served_versions,
-    crd_validator,
-    openapi_schema,
-)
+from raytrain.validator.crds import (CRD_FILES, CRDError, apply_defaults, crd_served_versions, crd_validator,
+                                     openapi_schema, other_crd_schema, other_crds, schema_validator)
 from raytrain.validator.kuberay import FeatureGates, check_cel, check_kuberay
 from raytrain.validator.kustomize import KUSTOMIZATION_FILES, KustomizeError, is_kustomization, kustomize_build
 from raytrain.validator.problems import Doc, Problem, field_path, split_fix
@@ -224,6 +218,10 @@ def _schema_problem(doc: Doc, error) -> list[Problem]:
     if error.validator == "enum":
         return [doc.problem(field_path(path), f"is {error.instance!r}, not one of {error.validator_value}.",
                             f"use one of {', '.join(map(str, error.validator_value))}")]
+    if error.validator in ("minimum", "maximum") and error.validator_value in (-2**31, 2**31 - 1, -2**63, 2**63 - 1):
+        bits = 32 if abs(error.validator_value) < 2**32 else 64
+        return [doc.problem(field_path(path), f"is {error.instance}, beyond a {bits}-bit integer (format: int{bits}): "
+                            "the API server refuses it.", f"use a value from {-2**(bits - 1)} to {2**(bits - 1) - 1}")]
     if error.validator in ("type", "anyOf"):
         expected = error.validator_value if error.validator == "type" else "integer or string"
         return [doc.problem(field_path(path), f"is {type(error.instance).__name__} {error.instance!r}, "
@@ -231,10 +229,26 @@ def _schema_problem(doc: Doc, error) -> list[Problem]:
     return [doc.problem(field_path(path), error.message + ".", "correct the value to satisfy the schema")]
 
 
+# The API groups the Kubernetes 1.33 API server serves itself (every group of kubernetes-validate's schemas for it;
+# tests/validator/test_validate.py checks this list against them). A kind of any other group comes from a CRD, which
+# the API server accepts wherever that CRD is installed: gateway.networking.k8s.io ends in .k8s.io and is still a
+# CRD (Gateway API), so the suffix says nothing.
+KUBERNETES_GROUPS = frozenset({
+    "", "admission.k8s.io", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "apps",
+    "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch", "certificates.k8s.io",
+    "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "extensions", "flowcontrol.apiserver.k8s.io",
+    "imagepolicy.k8s.io", "internal.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io", "policy",
+    "rbac.authorization.k8s.io", "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io",
+    "storagemigration.k8s.io"})
+
+
+def api_group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
 def is_kubernetes_group(api_version: str) -> bool:
     """v1, apps/v1, networking.k8s.io/v1: a group the API server itself serves (its kinds all have schemas)."""
-    group = api_version.rpartition("/")[0]
-    return "." not in group or group.endswith(".k8s.io")
+    return api_group(api_version) in KUBERNETES_GROUPS
 
 
 def _known_kinds(api_version: str, kube_version: str) -> list[str]:
@@ -249,15 +263,14 @@ def _known_kinds(api_version: str, kube_version: str) -> list[str]:
 
 
 def check_core_schema(doc: Doc, kube_version: str = KUBE_VERSION) -> list[Problem]:
+    """A kind of a group the API server serves itself against kubernetes-validate's schema: a kind it lacks is
+    refused (the API server has no such resource)."""
     import kubernetes_validate  # ~0.1 s; only core objects need it
 
     try:
         kubernetes_validate.validate(doc.obj, kube_version, strict=True)
     except kubernetes_validate.SchemaNotFoundError:
         api_version = str(doc.obj.get("apiVersion"))
-        if not is_kubernetes_group(api_version):  # another operator's CRD: nothing to check it against
-            return [doc.problem("kind", f"{doc.kind} ({api_version}) is not a kind raytrain knows; it is not "
-                                "checked.", "validate it with its operator's own tooling", severity="note")]
         close = difflib.get_close_matches(doc.kind.lower(), _known_kinds(api_version, kube_version), n=1)
         hint = f"did you mean '{close[0]}' (in its usual capitalisation)? " if close else ""
         return [doc.problem("kind", f"{doc.kind} is not a kind of {api_version} in Kubernetes {kube_version}: the "
@@ -265,6 +278,40 @@ def check_core_schema(doc: Doc, kube_version: str = KUBE_VERSION) -> list[Proble
     except kubernetes_validate.ValidationError as error:
         return _schema_problem(doc, error)
     return []
+
+
+def check_other_crd(doc: Doc, crd_dir: Path) -> list[Problem]:
+    """A kind of another operator's group (Gateway API, Kueue, cert-manager, ...): the API server accepts it wherever
+    its CRD is installed. Checked against that CRD's schema when the CRD directory (--crds) holds it, after its
+    defaults; else a note, since nothing here can say what its fields should be."""
+    api_version = str(doc.obj.get("apiVersion"))
+    group, version = api_group(api_version), api_version.rpartition("/")[2]
+    found = other_crds(str(crd_dir)).by_kind.get((group, doc.kind))
+    if found is None:
+        return [doc.problem("kind", f"{doc.kind} ({api_version}) is not checked: no schema (its CRD is not among "
+                            f"those in {crd_dir}).", "nothing to do if its CRD is installed in the cluster; to check it, "
+                            "put the CRD's YAML file in a directory with KubeRay's and pass --crds DIR",
+                            severity="note")]
+    file, crd = found
+    schema, served = other_crd_schema(crd, version)
+    if schema is None:
+        meta = crd.get("metadata") if isinstance(crd.get("metadata"), dict) else {}
+        return [doc.problem("apiVersion", f"{api_version} is not a version its CRD "
+                            f"{str(meta.get('name', doc.kind))[:253]} serves (served: "
+                            f"{', '.join(served) or 'none'}): the API server refuses the object.",
+                            f"use apiVersion: {group}/{served[0]}" if served else "check the CRD")]
+    import jsonschema
+
+    try:
+        defaulted = apply_defaults(doc.obj, schema)
+        errors = sorted(schema_validator(schema).iter_errors(defaulted), key=lambda e: [str(x) for x in e.absolute_path])
+        return [p for error in errors for p in _schema_problem(doc, error)]
+    except (jsonschema.SchemaError, jsonschema.exceptions.UnknownType, re.error, AttributeError, TypeError, ValueError,
+            RecursionError) as exc:
+        # a hand-edited CRD whose schema is no schema: the API server would not have installed it
+        return [Problem(file, "", "", f"holds the CRD for {doc.kind} ({group}), whose openAPIV3Schema for {version} "
+                        f"cannot be used ({type(exc).__name__}: {' '.join(str(exc).split())[:160]}), so {doc.ref} is "
+                        "not checked.", "use the CRD file as its project publishes it")]
 
 
 def with_defaults(doc: Doc, crd_dir: Path) -> Doc:
@@ -315,6 +362,7 @@ def _rules_of(doc: Doc, completed: Doc, gates: FeatureGates) -> list[Problem]:
     KubeRay creates from its templates, and the image's Ray against rayVersion; problems keep the object's own
     reference."""
     found = (check_kuberay(completed, gates) + raytrain_rules.check_ray_images(completed)
+             + raytrain_rules.check_grace_periods(completed)
              + raytrain_rules.check_local_build_image(completed) + kueue.check_kueue(completed))
     said = {p.field for p in found}
     found += [p for p in check_object_meta(completed, custom=True) + _ray_pod_templates(completed) if p.field not in said]
@@ -379,6 +427,13 @@ def validate_sets(sets: list[list[Doc]], crd_dir: Path, values: Path | None = No
             named, notes = _named(doc)
             problems.extend(notes)
             is_ray = str(doc.obj.get("apiVersion", "")).split("/")[0] == RAY_GROUP
+            is_core = not is_ray and is_kubernetes_group(str(doc.obj.get("apiVersion")))
+            if not is_ray and not is_core:  # another operator's kind: its CRD's schema, if given, and the metadata
+                found = check_other_crd(named, crd_dir)
+                if not [p for p in found if p.is_error]:
+                    found += check_object_meta(named, custom=True)
+                problems.extend(dataclasses.replace(p, obj=doc.ref) for p in found)
+                continue
             schema_problems = check_ray_schema(named, crd_dir) if is_ray else check_core_schema(named)
             if is_ray and not schema_problems:  # the API server evaluates the CRD's CEL rules on a valid shape
                 schema_problems = check_cel(named, crd_dir)
@@ -437,4 +492,7 @@ def validate_paths(paths: Sequence[Path], crd_dir: Path, values: Path | None = N
                             "write ClusterQueues and LocalQueues as Kueue's documentation shows "
                             "(examples/kueue/queues.yaml)")]
     sets, problems = collect_sets(paths, chart)
+    problems += [Problem(file, "", "", f"is in the CRD directory but cannot be read as YAML ({why}), so the CRDs it "
+                         "may hold are not used.", "fix or remove the file") for file, why in
+                 other_crds(str(crd_dir)).unreadable]
     return problems + validate_sets(sets, crd_dir, values, chart, gates, queues)

@@ -361,15 +361,38 @@ def check_job_submitter_template(doc: Doc, spec: dict, gates: FeatureGates) -> l
     return out
 
 
+def submitter_command(spec: dict) -> list[str] | None:
+    """The command of a K8sJobMode RayJob's own submitter container, which KubeRay v1.7.0 runs as given instead of
+    `ray job submit ... -- <entrypoint>`: rayjob_controller.go configureSubmitterContainer replaces the container's
+    command and args only `if len(container.Command) == 0 || submissionMode == rayv1.SidecarMode`, on the first
+    container (utils.RayContainerIndex) of the submitterPodTemplate (common/job.go GetSubmitterTemplate). KubeRay's
+    light-weight submitter (config/samples/ray-job.light-weight-submitter.yaml: command ["/submitter"], the job's
+    command in args after `--`) and any custom `ray job submit` container work so. None: KubeRay builds the command."""
+    if spec.get("submissionMode", "K8sJobMode") != "K8sJobMode":
+        return None
+    command = dig(spec, "submitterPodTemplate", "spec", "containers", 0, "command")
+    if isinstance(command, list) and command:
+        return [str(part) for part in command] + [str(a) for a in dig(spec, "submitterPodTemplate", "spec",
+                                                                       "containers", 0, "args", default=[]) or []]
+    return None
+
+
 def check_job_entrypoint(doc: Doc, spec: dict, gates: FeatureGates) -> list[Problem]:
-    # raytrain: outside InteractiveMode the submitter runs `ray job submit -- <entrypoint>`; an empty one runs nothing
-    if spec.get("submissionMode") == "InteractiveMode":
+    # raytrain: KubeRay submits `ray job submit ... -- <entrypoint>` (common/job.go BuildJobSubmitCommand: K8sJobMode
+    # and SidecarMode; HTTPMode posts the entrypoint to the dashboard), so an empty one runs nothing and the job
+    # fails. Not needed: InteractiveMode (the user submits), and a K8sJobMode submitter container with its own
+    # command (submitter_command), which KubeRay runs as given.
+    if spec.get("submissionMode") == "InteractiveMode" or submitter_command(spec) is not None:
         return []
     entrypoint = spec.get("entrypoint")
     if not isinstance(entrypoint, str) or not entrypoint.strip():
+        custom = dig(spec, "submitterPodTemplate", "spec", "containers", 0)
+        detail = (" The submitterPodTemplate's first container has args but no command, so KubeRay replaces both "
+                  "with `ray job submit -- <entrypoint>`." if isinstance(custom, dict) and custom.get("args") else "")
         return [doc.problem("spec.entrypoint", "is empty or missing: KubeRay would admit the RayJob, but its "
-                            "submitter has no command to submit and the job fails.",
-                            "give the command, e.g. raytrain run job.yaml --name my-run")]
+                            f"submitter has no command to submit and the job fails.{detail}",
+                            "give the command, e.g. raytrain run job.yaml --name my-run (or, in K8sJobMode, give the "
+                            "submitterPodTemplate's first container a command of its own)")]
     return []
 
 
