@@ -940,7 +940,8 @@ def test_a_group_may_request_the_disk_its_tmp_needs():
 IMAGES = [("registry.example/team/raytrain", tag) for tag in
           ("0.1.0-ray2.55.1", "0.1.0-ray2.55.1-gpu", "0.1.0-ray2.54.0", "ray2.54.0", "latest", "xray2.54.0",
            "0.1.0-ray2.54.0rc1", "v1-ray2.55.1", "2.54.0")] + [("rayproject/ray", "2.54.0"), ("rayproject/ray", "2.55.1"),
-                                                               ("rayproject/ray-ml", "2.54.0-py311")]
+                                                               ("rayproject/ray-ml", "2.54.0-py311"),
+                                                               ("registry.example/team/ray", "1.2.0")]
 
 
 @pytest.mark.parametrize("repository, tag", IMAGES)
@@ -958,3 +959,12 @@ def test_the_chart_and_the_validator_agree_on_the_images_ray_version(repository,
         assert "rayVersion" in str(caught), str(caught)
         refused_by_chart = True
     assert refused_by_chart == refused_by_validator
+
+
+def test_a_teams_own_image_named_ray_carries_no_ray_version():
+    from raytrain.validator.problems import Doc
+    from raytrain.validator.raytrain_rules import check_image_version
+
+    doc = Doc("values.yaml", {"kind": "RayCluster", "metadata": {"name": "x"}})
+    assert check_image_version(doc, "image", "registry.example/team/ray:1.2.0", "2.55.1") == []
+    assert check_image_version(doc, "image", "docker.io/rayproject/ray:2.54.0-py311", "2.55.1")

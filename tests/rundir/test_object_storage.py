@@ -42,7 +42,6 @@ def run_dir(prefix: str, name: str = "run"):
     ("s3://192.168.5.4/runs", "written as an IP address"),
     ("s3://xn--bucket/runs", "beginning with 'xn--'"),
     ("s3://sthree-bucket/runs", "beginning with 'sthree-'"),
-    ("s3://bucket-s3alias/runs", "ending with '-s3alias'"),
     ("s3://bucket--ol-s3/runs", "ending with '--ol-s3'"),
     ("s3://my_bucket/runs", "is not a bucket name S3 accepts"),
     ("gs://10.0.0.1/runs", "written as an IP address"),

@@ -50,7 +50,7 @@ pod would stay Pending without a word. An explicit storageClass is the installer
 {{- if .Values.objectStorage.url }}
 sharedStorage is enabled with no source, and objectStorage.url keeps the runs in a bucket, which needs no shared volume: --set sharedStorage.enabled=false (or give sharedStorage a source to mount beside the bucket: sharedStorage.nfs, existingClaim or a ReadWriteMany storageClass)
 {{- else }}
-sharedStorage has no source, and the default StorageClass of EKS (gp2/gp3), GKE (standard-rwo) and AKS (managed-csi) cannot be mounted ReadWriteMany: the claim and every Ray pod would stay Pending. Choose one: an NFS export (--set sharedStorage.nfs.server=10.0.0.5,sharedStorage.nfs.path=/exports/raytrain; EFS, Filestore and Azure Files NFS are NFS), a ReadWriteMany PVC of yours (--set sharedStorage.existingClaim=NAME), a ReadWriteMany-capable StorageClass (--set sharedStorage.storageClass=CLASS: EKS efs-sc with the EFS CSI driver, GKE standard-rwx with Filestore, AKS azurefile-csi), or runs in an S3 or GCS bucket instead (--set objectStorage.url=s3://BUCKET/PREFIX,sharedStorage.enabled=false; README: Object storage)
+sharedStorage has no source, and the default StorageClass of EKS (gp2/gp3), GKE (standard-rwo) and AKS (managed-csi) cannot be mounted ReadWriteMany: the claim and every Ray pod would stay Pending. Choose one: an NFS export (--set sharedStorage.nfs.server=10.0.0.5,sharedStorage.nfs.path=/exports/raytrain; EFS, Filestore and Azure Files NFS are NFS), a ReadWriteMany PVC of yours (--set sharedStorage.existingClaim=NAME), a ReadWriteMany-capable StorageClass (--set sharedStorage.storageClass=CLASS: EKS efs-sc with the EFS CSI driver, GKE standard-rwx with Filestore, AKS an NFS-protocol Azure Files class of yours (protocol: nfs; never the SMB azurefile-csi: SMB has no hard links, which the run's lease needs)), or runs in an S3 or GCS bucket instead (--set objectStorage.url=s3://BUCKET/PREFIX,sharedStorage.enabled=false; README: Object storage)
 {{- end }}
 {{- end }}
 {{- end }}
@@ -90,11 +90,11 @@ sharedStorage.nfs.path is set but neither sharedStorage.nfs.server nor sharedSto
 
 {{/* rayVersion is written once: an explicit image tag must carry the same Ray. The same rule as raytrain validate's
 check_image_version (tests/chart/test_chart.py holds them together): raytrain's "<version>-ray2.55.1[-gpu]", or
-rayproject/ray[-ml|-llm]:2.55.1[-...]. */}}
+rayproject/ray[-ml|-llm]:2.55.1[-...] (a team's own image named ray carries no Ray version in its tag). */}}
 {{- define "raytrain.validateValues.imageRayVersion" -}}
 {{- $tag := include "raytrain.imageTag" . }}
 {{- $imageRay := regexFind "(^|-)ray[0-9]+[.][0-9]+[.][0-9]+" $tag | trimPrefix "-" | trimPrefix "ray" }}
-{{- if and (not $imageRay) (regexMatch "(^|/)ray(-ml|-llm)?$" .Values.image.repository) }}
+{{- if and (not $imageRay) (regexMatch "(^|/)(rayproject|anyscale)/ray(-ml|-llm)?$" .Values.image.repository) }}
 {{- $imageRay = regexFind "^[0-9]+[.][0-9]+[.][0-9]+" $tag }}
 {{- end }}
 {{- if and $imageRay (ne $imageRay (toString .Values.rayVersion)) }}
@@ -282,7 +282,7 @@ to the same table): s3:// or gs://, a bucket name the store accepts, a prefix wi
 {{- $bucketRefused := "" }}
 {{- if contains ".." $bucket }}{{ $bucketRefused = "the bucket name has two periods in a row" }}
 {{- else if regexMatch "^[0-9]{1,3}([.][0-9]{1,3}){3}$" $bucket }}{{ $bucketRefused = "the bucket name is written as an IP address" }}
-{{- else if and (hasPrefix "s3://" .) (or (regexMatch "^(xn--|sthree-|amzn-s3-demo-)" $bucket) (regexMatch "(-s3alias|--ol-s3|[.]mrap|--x-s3|--table-s3)$" $bucket)) }}{{ $bucketRefused = "S3 keeps bucket names with that prefix or suffix for itself" }}
+{{- else if and (hasPrefix "s3://" .) (or (regexMatch "^(xn--|sthree-|amzn-s3-demo-)" $bucket) (regexMatch "(--ol-s3|[.]mrap|--table-s3)$" $bucket)) }}{{ $bucketRefused = "S3 keeps bucket names with that prefix or suffix for itself" }}
 {{- else if and (hasPrefix "gs://" .) (regexMatch "[^.]{64}" $bucket) }}{{ $bucketRefused = "a dot-separated part of the bucket name is longer than 63 characters" }}
 {{- else if and (hasPrefix "gs://" .) (or (hasPrefix "goog" $bucket) (contains "google" $bucket)) }}{{ $bucketRefused = "GCS keeps bucket names beginning with 'goog' or holding 'google' for Google" }}
 {{- end }}

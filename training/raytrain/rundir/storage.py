@@ -45,7 +45,9 @@ _BUCKET = {"s3": re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
            "gs": re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")}
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
-_S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+# Not refused: "-s3alias" (an access point's alias works wherever a bucket name does for object operations, and some
+# IAM setups grant access only through one) and "--x-s3" (a directory bucket's own name).
+_S3_RESERVED_SUFFIXES = ("--ol-s3", ".mrap", "--table-s3")
 
 
 def bucket_problem(scheme: str, bucket: str) -> Optional[str]:

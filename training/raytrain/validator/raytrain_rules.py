@@ -88,7 +88,7 @@ def image_ray_version(image: Any) -> str | None:
     match = re.search(r"(?:^|-)ray(\d+\.\d+\.\d+)", tag)
     if match:
         return match.group(1)
-    if re.search(r"(^|/)ray(-ml|-llm)?$", name):
+    if re.search(r"(^|/)(rayproject|anyscale)/ray(-ml|-llm)?$", name):
         match = re.match(r"^(\d+\.\d+\.\d+)", tag)
         return match.group(1) if match else None
     return None

@@ -220,8 +220,13 @@ def _schema_problem(doc: Doc, error) -> list[Problem]:
                             f"use one of {', '.join(map(str, error.validator_value))}")]
     if error.validator in ("minimum", "maximum") and error.validator_value in (-2**31, 2**31 - 1, -2**63, 2**63 - 1):
         bits = 32 if abs(error.validator_value) < 2**32 else 64
+        # Kubernetes before 1.36 stores such a value in a custom resource (CRD validation ignored the format until
+        # kubernetes/kubernetes#136582), but KubeRay's Go types (int32 replicas, say) cannot decode it.
+        low = error.schema.get("minimum", -2**(bits - 1)) if isinstance(error.schema, dict) else -2**(bits - 1)
         return [doc.problem(field_path(path), f"is {error.instance}, beyond a {bits}-bit integer (format: int{bits}): "
-                            "the API server refuses it.", f"use a value from {-2**(bits - 1)} to {2**(bits - 1) - 1}")]
+                            "the API server refuses it, or (a custom resource on Kubernetes before 1.36) stores it "
+                            "and the operator cannot read the object.",
+                            f"use a value from {low} to {2**(bits - 1) - 1}")]
     if error.validator in ("type", "anyOf"):
         expected = error.validator_value if error.validator == "type" else "integer or string"
         return [doc.problem(field_path(path), f"is {type(error.instance).__name__} {error.instance!r}, "
