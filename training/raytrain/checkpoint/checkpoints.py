@@ -484,7 +484,12 @@ class FileCheckpointer:
         commits it and the newest `keep` complete checkpoints are kept. A failure leaves nothing half-written."""
         staging = self.staging_path(name)
         try:
-            write()
+            try:
+                write()
+            except OSError as err:
+                if self.remote and storage.is_full(err):
+                    raise storage.staging_full(staging, err) from None
+                raise
             self.control.check()  # the commit is the rename (the manifest's upload) below: fenced at the last moment
             if self.remote:
                 publish(staging, self.run_dir / name, self.control.check)
@@ -500,6 +505,13 @@ class FileCheckpointer:
         _fsync_dir(self.run_dir)
         self.prune(self.keep)
         return self.run_dir / name
+
+    def discard_staging(self, name: str) -> None:
+        """On an object store, remove this process's local staging copy of checkpoint `name` (a worker whose files
+        were uploaded, or a checkpoint refused): nothing staged stays in the temporary directory."""
+        scratch = self._scratch.pop(name, None)
+        if scratch is not None:
+            shutil.rmtree(scratch.parent, ignore_errors=True)
 
     def latest(self) -> list[Path]:
         return committed(self.run_dir)

@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raytrain.errors import UsageError
+from raytrain.errors import LaunchError, UsageError
 
 # The object stores a storage path may name, and the fsspec package that reaches each.
 URL_SCHEMES = {"s3": "s3fs", "gs": "gcsfs"}
@@ -261,6 +261,24 @@ def local_root() -> Path:
     """This node's own directory for a run on an object store: staged uploads, datasets, Ray Train's scratch. Under
     the system's temporary directory (TMPDIR; an emptyDir on the chart's pods)."""
     return Path(tempfile.gettempdir()) / "raytrain-local"
+
+
+def is_full(err: OSError) -> bool:
+    """A write failed for want of space (the disk, or the user's quota)."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def staging_full(staging: Path, err: OSError) -> "StagingFull":
+    """The error for a local staging directory that filled (not the bucket's: an object store has no full disk)."""
+    return StagingFull(f"the local staging directory {staging} is full ({err.strerror or err}): a checkpoint is "
+                       f"written there before its upload, and nothing of it was committed. Fix: free space in "
+                       f"{local_root()} (TMPDIR; on Kubernetes the Ray pods' /tmp emptyDir, whose sizeLimit must hold "
+                       f"two checkpoints), or point TMPDIR at a larger disk; then run the same command again to "
+                       f"resume from the newest committed checkpoint.")
+
+
+class StagingFull(LaunchError):
+    """A node's local staging directory for uploads filled up; str() names it and the fix."""
 
 
 def scratch_dir(purpose: str) -> Path:
