@@ -180,7 +180,7 @@ def read_meta(directory: Path) -> dict:
 def is_directory_manifest(meta: dict) -> bool:
     """A manifest that names files (a directory checkpoint) rather than the single state.pt."""
     files = meta.get("files")
-    return isinstance(files, dict) and all(
+    return meta.get("kind") != "sharded" and isinstance(files, dict) and all(  # a sharded one hashes its files too
         isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("size"), int)
         for entry in files.values())
 
@@ -285,7 +285,7 @@ def verify_hash(directory: Path) -> None:
     driver does this for the one checkpoint a start resumes from (its workers' rank 0 reads it once more to load)."""
     meta = read_meta(directory)
     if is_directory_manifest(meta) or is_sharded_manifest(meta):
-        why = incomplete_reason(directory)  # a sharded checkpoint's shards are checked by size (see its module)
+        why = incomplete_reason(directory)  # sizes first: cheap, and a missing file says so
         if why is not None:
             raise CheckpointUnreadable(why)
         for name, (path, entry) in _listed_files(directory, meta).items():
