@@ -545,4 +545,9 @@ class FileCheckpointer:
             storage.remove_tree(path)
             warn(f"{path.name} was never committed (a crash or a full disk while it was written): removed")
             removed.append(path.name)
+        if self.remote:  # this node's local copies staged by attempts that were killed before their upload
+            stale = storage.remove_stale_scratch()
+            if stale:
+                warn(f"{len(stale)} local staging director{'y' if len(stale) == 1 else 'ies'} left by killed "
+                     f"attempts removed from {storage.local_root() / 'scratch'}")
         return removed

@@ -122,7 +122,8 @@ class ShardedCheckpointer:
         extra = _serialized(small_state()) if self.rank == 0 else None
         state = _sharded_state(model, optimizer)
         shards = self._shards_dir(name, staging)
-        writer = _hashing(_fsspec()[0](str(shards)) if self.files.remote else dcp.FileSystemWriter(str(shards)))
+        writer = _hashing(_fsspec()[0](str(shards), **storage.fsspec_options(str(shards))) if self.files.remote
+                          else dcp.FileSystemWriter(str(shards)))
         if self.asynchronous:
             if self._stager is None:
                 self._stager = ReusedHostBuffers()
@@ -330,7 +331,9 @@ def _fsspec() -> tuple:
 def _reader(shards: Path) -> Any:
     from torch.distributed.checkpoint import FileSystemReader
 
-    return _fsspec()[1](str(shards)) if storage.is_remote(shards) else FileSystemReader(str(shards))
+    if storage.is_remote(shards):
+        return _fsspec()[1](str(shards), **storage.fsspec_options(str(shards)))
+    return FileSystemReader(str(shards))
 
 
 class _HashingStream:

@@ -77,6 +77,8 @@ class Session(ABC):
         self.run_dir = storage.as_path(run_dir)
         self.control = control
         self.records = runrecords.Records(self.run_dir, control)
+        if storage.is_remote(self.run_dir):  # what killed workers staged on this node before their upload
+            storage.remove_stale_scratch()
         # The run config chooses (run.checkpointer): rank 0 writes one state.pt, or every worker its shards.
         self.sharded = config.checkpointer == "sharded"
         self.checkpointer: Any
