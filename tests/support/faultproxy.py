@@ -18,6 +18,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.failing = 0  # how many more matching requests get the error
         self.method, self.status, self.code = "PUT", 500, "InternalError"
+        self.prefix = "/"  # only requests for paths under it fail (a test's own bucket: "/BUCKET/")
         self.seen: list[tuple[str, str, int]] = []  # (method, path, status answered)
         proxy = self
 
@@ -31,7 +32,7 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 with proxy.lock:
-                    fail = self.command == proxy.method and proxy.failing > 0
+                    fail = self.command == proxy.method and self.path.startswith(proxy.prefix) and proxy.failing > 0
                     if fail:
                         proxy.failing -= 1
                 if fail:
@@ -72,9 +73,10 @@ class FaultProxy:
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def fail_next(self, count: int, method: str = "PUT", status: int = 500, code: str = "InternalError") -> None:
+    def fail_next(self, count: int, method: str = "PUT", status: int = 500, code: str = "InternalError",
+                  prefix: str = "/") -> None:
         with self.lock:
-            self.failing, self.method, self.status, self.code = count, method, status, code
+            self.failing, self.method, self.status, self.code, self.prefix = count, method, status, code, prefix
         self.seen.clear()
 
 
