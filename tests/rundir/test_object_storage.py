@@ -283,7 +283,7 @@ def test_reading_a_run_in_a_store_that_cannot_be_reached_is_one_paragraph(comman
 
 
 def test_a_bucket_deleted_mid_run_is_named_as_missing_not_as_a_lost_race(s3_server, s3_prefix):
-    records = runs.Records(run_dir(s3_prefix))
+    records = runrecords.Records(run_dir(s3_prefix))
     records.append_event("start")
     bucket = s3_prefix.split("/")[2]
     client = s3_server.client()
@@ -348,7 +348,7 @@ def test_a_full_staging_directory_is_named_with_its_fix_and_commits_nothing(s3_p
 
 STAGES = """
 import sys, time
-from raytrain import storage
+from raytrain.rundir import storage
 path = storage.scratch_dir("checkpoint")
 (path / "state.pt").write_bytes(b"x" * 1000)
 print(path, flush=True)

@@ -138,10 +138,10 @@ def test_a_worker_group_restarted_from_nothing_keeps_each_epoch_once(project):
     """Issue 40, 10a: a loop that raises at epoch 3 before its first checkpoint (checkpoint_every 10) is restarted
     by Ray Train within the same attempt (max_failures): the second worker group starts from nothing, so the first
     group's rows go; metrics.jsonl holds epochs 1-4 once. The two groups run here as Ray Train would start them."""
-    from raytrain.session import LocalSession
+    from raytrain.worker.localsession import LocalSession
 
     cfg = config(project, loop="st_loops.raises_once_at_epoch_3", epochs=4, checkpoint_every=10)
-    run_dir = runs.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    run_dir = runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name)
     run_dir.mkdir(parents=True)
     for group in (1, 2):
         session = LocalSession(cfg, run_dir, 1)
@@ -151,4 +151,4 @@ def test_a_worker_group_restarted_from_nothing_keeps_each_epoch_once(project):
         except RuntimeError:
             assert group == 1
     assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(run_dir)] == [4]  # the last epoch's
-    assert [r["epoch"] for r in runs.read_metrics(run_dir)] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [1, 2, 3, 4]

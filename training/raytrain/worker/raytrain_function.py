@@ -336,7 +336,7 @@ def _owners(reported: list[dict[str, dict]]) -> dict[str, int]:
 
 
 def _position_refused(epoch: int) -> Optional[str]:
-    """Why a checkpoint at `epoch` could not be read back (raytrain.checkpoints.read_meta takes counts only)."""
+    """Why a checkpoint at `epoch` could not be read back (checkpoints.read_meta takes counts only)."""
     if epoch < 0:
         return (f"its epoch is {epoch}: a checkpoint's epoch counts epochs completed (0 or more), and raytrain "
                 f"could neither resume from nor prune one at a negative epoch. Fix: report an epoch of 0 or more "

@@ -100,7 +100,7 @@ class Session(ABC):
         self._tracked: Optional[tuple[Any, Any, dict]] = None
         self._steps: Any = None  # raytrain.worker.stepcontrol.StepControl, made by start()
         self._announced = False
-        self._rows_truncated = False  # this worker group dropped the rows past its start (raytrain_script's own)
+        self._rows_truncated = False  # this worker group dropped the rows past its start (raytrain_function's own)
 
     # ------------------------------------------------------------------------------------------ who and where
 
