@@ -379,3 +379,35 @@ def test_what_a_killed_attempt_staged_locally_is_removed_by_the_next_start(s3_pr
     finally:
         live.kill()
         live.wait()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_sharded_checkpoints_on_s3_hash_their_shards_as_written_and_skip_one_damaged_in_place(s3_server, s3_prefix):
+    """Issue 40, 13 on an object store: DCP's fsspec writer's shards are hashed as they are uploaded; a shard
+    overwritten in the bucket with bytes of the same size is skipped for the checkpoint before it."""
+    import torch
+
+    from raytrain.checkpoint.sharded import SHARDS_DIR, ShardedCheckpointer
+
+    model = torch.nn.Linear(32, 32)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 32)).sum().backward()
+    optimizer.step()
+    saver = ShardedCheckpointer(run_dir(s3_prefix), keep=5)
+    for epoch in (1, 2):
+        saver.save(Position(epoch), model, optimizer, lambda e=epoch: {"epoch": e, "step": 0, "extra": {}},
+                   config={})
+    newest = saver.wait()
+    meta = json.loads((newest / checkpoints.META_FILE).read_text())
+    assert all(len(entry.get("sha256", "")) == 64 for entry in meta["files"].values())
+    checkpoints.verify_hash(newest)
+    bucket, key = s3_prefix.split("/")[2], f"{newest.path.split('/', 1)[1]}/{SHARDS_DIR}/__0_0.distcp"
+    data = bytearray(s3_server.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[len(data) // 2] ^= 0xFF
+    s3_server.client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    warnings = []
+    fresh = torch.nn.Linear(32, 32)
+    loaded = ShardedCheckpointer(run_dir(s3_prefix)).load_newest(warnings.append, fresh,
+                                                                 torch.optim.AdamW(fresh.parameters()))
+    assert loaded is not None and loaded.state["epoch"] == 1, warnings
+    assert len(warnings) == 1 and newest.name in warnings[0] and "does not match the hash" in warnings[0]
