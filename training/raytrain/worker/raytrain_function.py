@@ -21,7 +21,12 @@ replaced, in that worker process only and before the function's module is import
   reports that continues across resumes); a reported checkpoint directory is copied into a staging directory
   (every worker's reported files, as Ray Train merges them; each file's sha256 computed while it is copied),
   named in a manifest and committed by the same fenced rename and pruning as raytrain's own checkpoints
-  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept). Then Ray Train's own `report(metrics)`
+  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept); on an object store each
+  worker stages on its own node and uploads the files it reported, and rank 0 the manifest last, once they are
+  all in the bucket. What cannot be committed (a directory gone before the report, an empty one, a negative
+  epoch) is refused at the report, naming it; a position the run's rows already hold (a function that ignored
+  get_checkpoint(), steps repeated after a restart) replaces the rows from there on, with a warning. Then Ray
+  Train's own `report(metrics)`
   (no checkpoint: Ray Train and Ray Tune see the metrics, raytrain keeps the files). Then the step control's
   synced decision: a graceful stop (SIGTERM, a deleted pod or job), a draining node or a lost lease ends the
   attempt here, at the function's next report. A report every N steps is the user's knob for how soon that is;
