@@ -292,7 +292,7 @@ class Bridge:
         """A worker other than rank 0, on an object store: upload the reported files it owns (rank 0's go with its
         commit), then remove its local staging copy. Why it failed, or None."""
         session = self.session
-        if session.is_rank_zero:
+        if session.is_rank_zero or not files:
             return None
         checkpointer = session.checkpointer
         staging = checkpointer.staging_path(name) / checkpoints.DATA_DIR
