@@ -292,9 +292,12 @@ class Bridge:
         """A worker other than rank 0, on an object store: upload the reported files it owns (rank 0's go with its
         commit), then remove its local staging copy. Why it failed, or None."""
         session = self.session
-        if session.is_rank_zero or not files:
+        if session.is_rank_zero:
             return None
         checkpointer = session.checkpointer
+        if not files:  # an empty directory reported: its (empty) staging directory goes
+            checkpointer.discard_staging(name)
+            return None
         staging = checkpointer.staging_path(name) / checkpoints.DATA_DIR
         target = session.run_dir / name / checkpoints.DATA_DIR
         relative = ""
