@@ -322,7 +322,9 @@ class StagingFull(LaunchError):
 # The scratch directories this process made, each held by an flock on its own descriptor: a process that is killed
 # lets go of its locks, so the next start on the node knows its directories are no one's (remove_stale_scratch).
 _held: dict[str, int] = {}
-STALE_AFTER_S = 5.0  # younger, a directory may be one whose maker has not locked it yet (microseconds)
+# Changed more recently, a directory may be one whose maker has not locked it yet (microseconds), or a writer's
+# that does not lock (a raytrain before this one on the same node)
+STALE_AFTER_S = 30.0
 
 
 def scratch_dir(purpose: str) -> Path:
@@ -338,6 +340,18 @@ def scratch_dir(purpose: str) -> Path:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     _held[str(path)] = fd
     return path
+
+
+def _newest_change(directory: Path) -> float:
+    """The newest modification time in a (small) tree: something written into it just now is someone's."""
+    newest = directory.stat().st_mtime
+    for parent, directories, files in os.walk(directory):
+        for name in directories + files:
+            try:
+                newest = max(newest, os.stat(os.path.join(parent, name)).st_mtime)
+            except OSError:
+                pass
+    return newest
 
 
 def remove_stale_scratch() -> list[Path]:
@@ -359,7 +373,7 @@ def remove_stale_scratch() -> list[Path]:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if time.time() - entry.stat().st_mtime < STALE_AFTER_S:
+            if time.time() - _newest_change(entry) < STALE_AFTER_S:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
