@@ -120,6 +120,32 @@ def test_a_damaged_newest_is_skipped_and_named_and_the_one_before_loads(tmp_path
     assert len(warnings) == 1 and newest.name in warnings[0] and why in warnings[0], warnings
 
 
+def test_a_shard_damaged_in_place_is_caught_by_the_hash_it_was_written_with(tmp_path):
+    """Issue 40, 13: 256 bytes overwritten inside a shard, its size kept, was loaded (the run went NaN). Every shard's
+    sha256 is in the manifest, computed as DCP wrote it; the driver's check and the workers' load skip the damaged
+    one with a warning and fall back to the one before."""
+    model, optimizer = trained(width=64)
+    saver = ShardedCheckpointer(tmp_path, keep=5)
+    save(saver, model, optimizer, 1)
+    save(saver, model, optimizer, 2)
+    newest = saver.wait()
+    meta = json.loads((newest / checkpoints.META_FILE).read_text())
+    shards = {name: entry for name, entry in meta["files"].items() if name.startswith(f"{SHARDS_DIR}/")}
+    assert shards and all(len(entry.get("sha256", "")) == 64 for entry in shards.values())  # .metadata too
+    shard = newest / SHARDS_DIR / "__0_0.distcp"
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 256] = bytes(255 - b for b in data[middle:middle + 256])
+    shard.write_bytes(bytes(data))
+    assert checkpoints.incomplete_reason(newest) is None  # the size is what it was
+    with pytest.raises(checkpoints.CheckpointUnreadable, match="does not match the hash"):
+        checkpoints.verify_hash(newest)
+    warnings = []
+    loaded = ShardedCheckpointer(tmp_path).load_newest(warnings.append, *trained(width=64, seed=3))
+    assert loaded is not None and loaded.state["epoch"] == 1
+    assert len(warnings) == 1 and newest.name in warnings[0] and "does not match the hash" in warnings[0]
+
+
 def test_a_torn_write_is_never_loaded_and_the_next_holder_removes_it(tmp_path):
     """What a kill -9 mid-write leaves: shards in a staging directory, no manifest, never renamed."""
     model, optimizer = trained()

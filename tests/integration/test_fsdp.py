@@ -95,6 +95,9 @@ def test_fsdp_killed_mid_write_resumes_on_another_worker_count_and_exports(tmp_p
     meta = json.loads((newest / checkpoints.META_FILE).read_text())
     assert meta["kind"] == "sharded" and meta["world_size"] == 3
     assert sum(1 for name in meta["files"] if name.startswith("shards/__")) == 3  # every worker wrote its shards
+    # each hashed by the worker that wrote it, as it wrote it, the hashes gathered into rank 0's manifest (issue 40)
+    assert all(len(meta["files"][name].get("sha256", "")) == 64 for name in meta["files"] if name.startswith("shards/"))
+    checkpoints.verify_hash(newest)
 
     exported = subprocess.run([*RAYTRAIN, "export", str(run_dir), "--out", str(tmp_path / "model.pt")],
                               capture_output=True, text=True, timeout=120)

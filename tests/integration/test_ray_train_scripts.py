@@ -15,6 +15,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -248,3 +249,59 @@ def test_the_docs_style_script_runs_as_a_rayjob_through_emulate(tmp_path):
     assert json.loads((run_dir / "result.json").read_text())["status"] == "succeeded"
     assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1]
     assert_checkpoints_sound(run_dir, keep=2)
+
+
+EVERY_RANK = '''
+import json, os, tempfile
+import ray.train
+
+def train_func(config):
+    rank = ray.train.get_context().get_world_rank()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = json.load(open(os.path.join(d, "state.json")))["epoch"] + 1
+            assert os.path.exists(os.path.join(d, "rank-1.bin")), sorted(os.listdir(d))  # every rank's files
+    for epoch in range(start, config["epochs"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            json.dump({"epoch": epoch}, open(os.path.join(tmp, "state.json"), "w"))  # the same on every rank
+            open(os.path.join(tmp, f"rank-{rank}.bin"), "wb").write(bytes([rank, epoch]) * 1000)
+            # the last epoch: rank 1 alone reports one (the others report metrics only)
+            reported = rank == 1 or epoch < config["epochs"] - 1
+            ray.train.report({"epoch": epoch, "loss": 1.0 / (epoch + 1)},
+                             checkpoint=ray.train.Checkpoint.from_directory(tmp) if reported else None)
+'''
+
+
+def test_on_s3_every_ranks_reported_files_reach_the_bucket_and_a_rerun_resumes_from_them(tmp_path, s3_prefix,
+                                                                                      request):
+    """Issue 40, 9 and 12: a function whose every rank reports a directory (a shared state.json and a file of its
+    own) on S3: each committed checkpoint holds every rank's files (on an object store each worker stages on its
+    own node and uploads its own), rank 1's alone when only it reports, keep_checkpoints is honoured, no staged
+    copy stays in the temporary directory, and a rerun with more epochs resumes from them."""
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "every_rank.py").write_text(EVERY_RANK)
+    text = f"""
+        loop: {{_component_: every_rank:train_func, train_loop_config: {{epochs: {{epochs}}}}}}
+        scaling: {{num_workers: 2}}
+        run: {{storage_path: {s3_prefix}, name: ranks, keep_checkpoints: 2}}
+    """
+    project = job(tmp_path, text.replace("{epochs}", "4"))
+    # This run's own temporary directory, short (Ray puts its AF_UNIX sockets under it: 107 bytes at most)
+    tmpdir = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmpdir, ignore_errors=True))
+    run(project, TMPDIR=str(tmpdir))
+    run_dir = runrecords.run_dir_of(s3_prefix, "ranks")
+    found = checkpoints.committed(run_dir)
+    assert [checkpoints.position_of(p).epoch for p in found] == [3, 2]
+    for path in found:
+        checkpoints.verify_hash(path)
+    names = [set(json.loads((p / "meta.json").read_text())["files"]) for p in found]
+    assert names == [{"state.json", "rank-1.bin"}, {"state.json", "rank-0.bin", "rank-1.bin"}]
+    assert (found[1] / "data" / "rank-1.bin").read_bytes() == bytes([1, 2]) * 1000
+    assert not [p for p in (tmpdir / "raytrain-local").rglob(".staging-*")]  # every rank's staged copy removed
+    project = job(tmp_path, text.replace("{epochs}", "6"))
+    run(project, TMPDIR=str(tmpdir))
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3, 4, 5]
+    assert runrecords.read_metrics(run_dir)[-1]["resumed_from_epoch"] == 3

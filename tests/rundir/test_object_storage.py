@@ -293,3 +293,137 @@ def test_reading_a_run_in_a_store_that_cannot_be_reached_is_one_paragraph(comman
     assert done.returncode == 2, done.stderr
     assert f"s3://some-bucket/runs/r (raytrain {command}) cannot be reached" in done.stderr
     assert "AWS_ENDPOINT_URL" in done.stderr and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------- faults (issue 40, 12)
+
+
+def test_a_bucket_deleted_mid_run_is_named_as_missing_not_as_a_lost_race(s3_server, s3_prefix):
+    records = runrecords.Records(run_dir(s3_prefix))
+    records.append_event("start")
+    bucket = s3_prefix.split("/")[2]
+    client = s3_server.client()
+    for key in s3_server.keys(bucket):
+        client.delete_object(Bucket=bucket, Key=key)
+    client.delete_bucket(Bucket=bucket)
+    with pytest.raises(StorageError) as missing:
+        records.append_event("warning", message="after the bucket went")
+    assert f"the bucket {bucket} of" in str(missing.value) and "does not exist any more" in str(missing.value)
+    assert "Fix: create the bucket again" in str(missing.value) and "race" not in str(missing.value)
+
+
+@pytest.fixture
+def through_proxy(s3_server, monkeypatch):
+    """The S3 server reached through a proxy that fails requests on demand; fresh clients (s3fs caches its
+    filesystems with the endpoint they were made with)."""
+    import s3fs
+
+    from tests.support.faultproxy import fault_proxy
+
+    with fault_proxy(s3_server.endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        s3fs.S3FileSystem.clear_instance_cache()
+        yield proxy
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_500s_in_a_row_are_retried_with_backoff_by_the_one_policy(s3_server, through_proxy, tmp_path):
+    """S3 answers 500 InternalError (and 503 SlowDown) in normal operation: the one retry policy every client of
+    raytrain's uses (the AWS SDKs' standard mode: jittered exponential backoff, storage.S3_RETRIES) rides out five in
+    a row on a checkpoint's upload, where botocore's default gave up after five attempts; bounded by max_attempts."""
+    bucket = s3_server.new_bucket()
+    target = storage.as_path(f"s3://{bucket}/runs/run/checkpoint_epoch000001_0/state.pt")
+    local = tmp_path / "state.pt"
+    local.write_bytes(b"x" * 1000)
+    # this bucket's requests only: a lease renewer another test left running may be writing through the proxy too
+    through_proxy.fail_next(5, "PUT", 500, "InternalError", prefix=f"/{bucket}/")
+    storage.upload_file(local, target)
+    assert [status for method, path, status in through_proxy.seen
+            if method == "PUT" and path.startswith(f"/{bucket}/")] == [500] * 5 + [200]
+    assert target.read_bytes() == b"x" * 1000
+
+
+def test_a_full_staging_directory_is_named_with_its_fix_and_commits_nothing(s3_prefix, tmp_path, monkeypatch):
+    import tempfile
+
+    import torch
+
+    from tests.support.disk import small_disk
+
+    with small_disk(tmp_path / "tmp", "256k") as tmp:
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        saver = FileCheckpointer(run_dir(s3_prefix))
+        with pytest.raises(storage.StagingFull) as full:
+            saver.save(Position(1), lambda: {"epoch": 1, "step": 0, "model": torch.zeros(200_000)}, writer=True)
+        message = str(full.value)
+        assert f"the local staging directory {tmp}/raytrain-local/scratch/checkpoint-" in message
+        assert "is full" in message and f"Fix: free space in {tmp}/raytrain-local" in message
+        assert "s3://" not in message
+        assert not checkpoints.committed(run_dir(s3_prefix)) and not list((tmp / "raytrain-local").rglob("state.pt"))
+
+
+STAGES = """
+import sys, time
+from raytrain.rundir import storage
+path = storage.scratch_dir("checkpoint")
+(path / "state.pt").write_bytes(b"x" * 1000)
+print(path, flush=True)
+time.sleep(600)
+"""
+
+
+def test_what_a_killed_attempt_staged_locally_is_removed_by_the_next_start(s3_prefix, tmp_path, monkeypatch):
+    """Each scratch directory is locked by the process that made it (an flock a killed process lets go of): the next
+    start removes the killed one's and leaves a live one's."""
+    import os
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(storage, "STALE_AFTER_S", 0.0)
+    killed, live = (subprocess.Popen([sys.executable, "-c", STAGES], stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ}) for _ in range(2))
+    try:
+        staged = [storage.as_path(process.stdout.readline().strip()) for process in (killed, live)]
+        killed.kill()
+        killed.wait()
+        warnings = []
+        FileCheckpointer(run_dir(s3_prefix)).remove_staging(warnings.append)
+        assert not staged[0].exists() and (staged[1] / "state.pt").exists()
+        assert warnings == [f"1 local staging directory left by killed attempts removed from {tmp_path}/"
+                            f"raytrain-local/scratch"]
+    finally:
+        live.kill()
+        live.wait()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_sharded_checkpoints_on_s3_hash_their_shards_as_written_and_skip_one_damaged_in_place(s3_server, s3_prefix):
+    """Issue 40, 13 on an object store: DCP's fsspec writer's shards are hashed as they are uploaded; a shard
+    overwritten in the bucket with bytes of the same size is skipped for the checkpoint before it."""
+    import torch
+
+    from raytrain.checkpoint.sharded import SHARDS_DIR, ShardedCheckpointer
+
+    model = torch.nn.Linear(32, 32)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 32)).sum().backward()
+    optimizer.step()
+    saver = ShardedCheckpointer(run_dir(s3_prefix), keep=5)
+    for epoch in (1, 2):
+        saver.save(Position(epoch), model, optimizer, lambda e=epoch: {"epoch": e, "step": 0, "extra": {}},
+                   config={})
+    newest = saver.wait()
+    meta = json.loads((newest / checkpoints.META_FILE).read_text())
+    assert all(len(entry.get("sha256", "")) == 64 for entry in meta["files"].values())
+    checkpoints.verify_hash(newest)
+    bucket, key = s3_prefix.split("/")[2], f"{newest.path.split('/', 1)[1]}/{SHARDS_DIR}/__0_0.distcp"
+    data = bytearray(s3_server.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[len(data) // 2] ^= 0xFF
+    s3_server.client().put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    warnings = []
+    fresh = torch.nn.Linear(32, 32)
+    loaded = ShardedCheckpointer(run_dir(s3_prefix)).load_newest(warnings.append, fresh,
+                                                                 torch.optim.AdamW(fresh.parameters()))
+    assert loaded is not None and loaded.state["epoch"] == 1, warnings
+    assert len(warnings) == 1 and newest.name in warnings[0] and "does not match the hash" in warnings[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -19,7 +20,7 @@ from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
 from raytrain.driver import raytrainer
 from raytrain.errors import ConfigError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
-from raytrain.rundir import runrecords
+from raytrain.rundir import runrecords, storage
 from raytrain.spec import loops
 from raytrain.spec.config import load_config
 from raytrain.worker import raytrain_function
@@ -41,6 +42,38 @@ def train_func(config):
             os.makedirs(os.path.join(tmp, "sub"))
             open(os.path.join(tmp, "sub", "w.bin"), "wb").write(bytes(range(epoch + 1)))
             report({"epoch": epoch, "loss": 1.0 / (epoch + 1)}, checkpoint=Checkpoint.from_directory(tmp))
+
+def ignores_its_checkpoint(config):
+    ray.train.get_checkpoint()  # asked, and ignored: it begins at epoch 0 again
+    for epoch in range(config.get("epochs", 3)):
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "at.txt"), "w").write(str(epoch))
+            report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(tmp))
+
+def steps_in_one_epoch(config):
+    # A checkpoint every 2nd step of epoch 1; the first run dies after reporting step 3 (past its checkpoint)
+    start = 1
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = int(open(os.path.join(d, "at.txt")).read()) + 1
+    for step in range(start, config.get("epochs", 3) + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "at.txt"), "w").write(str(step))
+            report({"epoch": 1, "step": step}, checkpoint=Checkpoint.from_directory(tmp) if step % 2 == 0 else None)
+        if step == 3 and not os.path.exists(config["died"]):
+            open(config["died"], "w").close()
+            raise RuntimeError("the worker died")
+
+def deleted_before_report(config):
+    with tempfile.TemporaryDirectory() as tmp:
+        open(os.path.join(tmp, "at.txt"), "w").write("1")
+    report({"epoch": 1}, checkpoint=Checkpoint.from_directory(tmp))
+
+def negative_epoch(config):
+    with tempfile.TemporaryDirectory() as tmp:
+        open(os.path.join(tmp, "at.txt"), "w").write("1")
+        report({"epoch": -1}, checkpoint=Checkpoint.from_directory(tmp))
 
 def no_args():
     ray.train.report({"loss": 1.0})
@@ -252,17 +285,17 @@ class StopAfter:
         return (Ending.STOPPED, "SIGTERM") if self.n < 0 else None
 
 
-def run_function(project, name="train_func", epochs=3, keep=2, control=None):
+def run_function(project, name="train_func", epochs=3, keep=2, control=None, storage_path=None):
     from raytrain.worker.localsession import LocalSession
 
     raytrain_function.install()  # as the worker entry does: before the function's module is imported
     sys.modules.pop("rt_funcs", None)
     cfg = load_config(write(project, f"""
-        loop: {{_component_: rt_funcs.{name}, train_loop_config: {{epochs: {epochs}}}}}
-        run: {{storage_path: {project / 'runs'}, name: r, keep_checkpoints: {keep}}}
+        loop: {{_component_: rt_funcs.{name}, train_loop_config: {{epochs: {epochs}, died: {project / 'died'}}}}}
+        run: {{storage_path: {storage_path or project / 'runs'}, name: r, keep_checkpoints: {keep}}}
     """))
     run_dir = runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    storage.makedirs(run_dir)
     session = LocalSession(cfg, run_dir, 1) if control is None else LocalSession(cfg, run_dir, 1, control=control)
     session.start()
     reported = []
@@ -319,3 +352,40 @@ def test_a_stop_request_ends_the_function_at_its_next_report_after_the_commit(pr
     assert ended.value.ending is Ending.STOPPED
     assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2]
     assert checkpoints.position_of(checkpoints.committed(run_dir)[0]).epoch == 2
+
+
+def test_a_function_that_reports_a_position_again_replaces_its_rows_and_says_so(project):
+    """Issue 40, 10c: a function that asks for its checkpoint and ignores it (beginning at epoch 0 again), and one
+    that repeats the steps past its checkpoint after a mid-epoch restart, leave each position's row once, and a
+    warning names the repeat."""
+    run_dir, _ = run_function(project, name="ignores_its_checkpoint", keep=5)
+    run_dir, _ = run_function(project, name="ignores_its_checkpoint", keep=5)
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2]
+    warnings = [e["message"] for e in runrecords.read_events(run_dir) if e["event"] == "warning"]
+    assert any("reported epoch 0 again" in w and "up to epoch 2" in w for w in warnings)
+
+    shutil.rmtree(project / "runs")  # another run
+    with pytest.raises(RuntimeError, match="the worker died"):
+        run_function(project, name="steps_in_one_epoch", epochs=5)
+    run_dir = project / "runs" / "r"
+    run_dir, _ = run_function(project, name="steps_in_one_epoch", epochs=5)  # Ray Train's restart of the group
+    assert [(r["epoch"], r["step"]) for r in runrecords.read_metrics(run_dir)] == [(1, s) for s in range(1, 6)]
+    warnings = [e["message"] for e in runrecords.read_events(run_dir) if e["event"] == "warning"]
+    assert any("reported epoch 1 step 3 again" in w for w in warnings)
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_a_checkpoint_deleted_before_its_report_or_at_a_negative_epoch_is_refused_naming_it(project, where,
+                                                                                             request):
+    """Issue 40, 11: nothing is committed (no empty checkpoint, no checkpoint_epoch-00001) and the refusal names
+    what was reported and the fix; on S3 no staged copy is left either."""
+    storage_path = None
+    if where == "s3":
+        storage_path = f"s3://{request.getfixturevalue('s3_server').new_bucket()}/runs"
+    with pytest.raises(raytrain_function.CheckpointRefused, match=r"does not exist \(deleted before ray.train.report"):
+        run_function(project, name="deleted_before_report", storage_path=storage_path)
+    run_dir = runrecords.run_dir_of(storage_path or str(project / "runs"), "r")
+    with pytest.raises(raytrain_function.CheckpointRefused, match="its epoch is -1.*Fix: report an epoch of 0 or more"):
+        run_function(project, name="negative_epoch", storage_path=storage_path)
+    assert not checkpoints.committed(run_dir) and not checkpoints.staging_dirs(run_dir)
+    assert not [name for name in storage.listdir(run_dir) if "checkpoint" in name]

@@ -41,6 +41,17 @@ LOOPS = """
 
     def broken(session):
         raise ValueError("my loop broke")
+
+    RAISED = []
+
+    def raises_once_at_epoch_3(session):
+        model = session.prepare_model(nn.Linear(1, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        for epoch in range(session.restore(model, optimizer), session.config.train.epochs + 1):
+            if epoch == 3 and not RAISED:
+                RAISED.append(epoch)
+                raise RuntimeError("a worker died")
+            session.report(epoch, {"loss": 1.0 / epoch}, model=model, optimizer=optimizer)
 """
 
 
@@ -49,11 +60,11 @@ def project(tmp_path):
     yield from user_module(tmp_path, "st_loops", LOOPS)
 
 
-def config(project, loop="st_loops.regression", epochs=3):
+def config(project, loop="st_loops.regression", epochs=3, checkpoint_every=2):
     path = project / "job.yaml"
     path.write_text(f"model: {{_component_: mlp}}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
                     f"loop: {{_component_: {loop}}}\ntrain: {{epochs: {epochs}, batch_size: 16, lr: 0.05}}\n"
-                    f"scaling: {{num_workers: 1}}\nrun: {{checkpoint_every: 2, keep_checkpoints: 2, "
+                    f"scaling: {{num_workers: 1}}\nrun: {{checkpoint_every: {checkpoint_every}, keep_checkpoints: 2, "
                     f"storage_path: {project / 'runs'}}}\n")
     return load_config(str(path))
 
@@ -121,3 +132,23 @@ def test_a_local_run_holds_the_runs_lease_so_it_never_writes_beside_another_atte
     following = Lease(run_dir).acquire()
     assert following.token == 3
     following.release()
+
+
+def test_a_worker_group_restarted_from_nothing_keeps_each_epoch_once(project):
+    """Issue 40, 10a: a loop that raises at epoch 3 before its first checkpoint (checkpoint_every 10) is restarted
+    by Ray Train within the same attempt (max_failures): the second worker group starts from nothing, so the first
+    group's rows go; metrics.jsonl holds epochs 1-4 once. The two groups run here as Ray Train would start them."""
+    from raytrain.worker.localsession import LocalSession
+
+    cfg = config(project, loop="st_loops.raises_once_at_epoch_3", epochs=4, checkpoint_every=10)
+    run_dir = runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    run_dir.mkdir(parents=True)
+    for group in (1, 2):
+        session = LocalSession(cfg, run_dir, 1)
+        session.start()
+        try:
+            cfg.loop.target(session)
+        except RuntimeError:
+            assert group == 1
+    assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(run_dir)] == [4]  # the last epoch's
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [1, 2, 3, 4]

@@ -178,7 +178,7 @@ def read_meta(directory: Path) -> dict:
 def is_directory_manifest(meta: dict) -> bool:
     """A manifest that names files (a directory checkpoint) rather than the single state.pt."""
     files = meta.get("files")
-    return isinstance(files, dict) and all(
+    return meta.get("kind") != "sharded" and isinstance(files, dict) and all(  # a sharded one hashes its files too
         isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("size"), int)
         for entry in files.values())
 
@@ -283,7 +283,7 @@ def verify_hash(directory: Path) -> None:
     driver does this for the one checkpoint a start resumes from (its workers' rank 0 reads it once more to load)."""
     meta = read_meta(directory)
     if is_directory_manifest(meta) or is_sharded_manifest(meta):
-        why = incomplete_reason(directory)  # a sharded checkpoint's shards are checked by size (see its module)
+        why = incomplete_reason(directory)  # sizes first: cheap, and a missing file says so
         if why is not None:
             raise CheckpointUnreadable(why)
         for name, (path, entry) in _listed_files(directory, meta).items():
@@ -482,7 +482,12 @@ class FileCheckpointer:
         commits it and the newest `keep` complete checkpoints are kept. A failure leaves nothing half-written."""
         staging = self.staging_path(name)
         try:
-            write()
+            try:
+                write()
+            except OSError as err:
+                if self.remote and storage.is_full(err):
+                    raise storage.staging_full(staging, err) from None
+                raise
             self.control.check()  # the commit is the rename (the manifest's upload) below: fenced at the last moment
             if self.remote:
                 publish(staging, self.run_dir / name, self.control.check)
@@ -498,6 +503,13 @@ class FileCheckpointer:
         _fsync_dir(self.run_dir)
         self.prune(self.keep)
         return self.run_dir / name
+
+    def discard_staging(self, name: str) -> None:
+        """On an object store, remove this process's local staging copy of checkpoint `name` (a worker whose files
+        were uploaded, or a checkpoint refused): nothing staged stays in the temporary directory."""
+        scratch = self._scratch.pop(name, None)
+        if scratch is not None:
+            shutil.rmtree(scratch.parent, ignore_errors=True)
 
     def latest(self) -> list[Path]:
         return committed(self.run_dir)
@@ -531,4 +543,9 @@ class FileCheckpointer:
             storage.remove_tree(path)
             warn(f"{path.name} was never committed (a crash or a full disk while it was written): removed")
             removed.append(path.name)
+        if self.remote:  # this node's local copies staged by attempts that were killed before their upload
+            stale = storage.remove_stale_scratch()
+            if stale:
+                warn(f"{len(stale)} local staging director{'y' if len(stale) == 1 else 'ies'} left by killed "
+                     f"attempts removed from {storage.local_root() / 'scratch'}")
         return removed

@@ -27,12 +27,15 @@ checkpoint is committed before the attempt reports its result.
 Resume (`load_newest`, every worker): rank 0 picks the newest checkpoint whose manifest, sizes and extra.pt agree
 and tells the others; all read it with DCP into their own model and optimizer. DCP reshards: a checkpoint written
 by N workers loads on M, FSDP or not, and into a single process (`raytrain local`). A checkpoint that fails to load
-on any worker fails on all (DCP gathers the error) and the one before is tried. Shards are checked by size, not by
-hash: hashing every shard again would read the whole model back after each write.
+on any worker fails on all (DCP gathers the error) and the one before is tried. Every file's sha256 is computed
+while DCP writes it (each worker hashes its own shards; the hashes reach rank 0 with DCP's write results) and named
+in the manifest, so nothing is read back after a write; a start checks them (the driver for the checkpoint it plans
+from, rank 0 before the workers load): a shard damaged in place, its size kept, is skipped like a torn one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -121,7 +124,8 @@ class ShardedCheckpointer:
         extra = _serialized(small_state()) if self.rank == 0 else None
         state = _sharded_state(model, optimizer)
         shards = self._shards_dir(name, staging)
-        writer = _fsspec()[0](str(shards)) if self.files.remote else dcp.FileSystemWriter(str(shards))
+        writer = _hashing(_fsspec()[0](str(shards), **storage.fsspec_options(str(shards))) if self.files.remote
+                          else dcp.FileSystemWriter(str(shards)))
         if self.asynchronous:
             if self._stager is None:
                 self._stager = ReusedHostBuffers()
@@ -134,7 +138,8 @@ class ShardedCheckpointer:
         world = _world_size()
         in_flight = _InFlight(name, position)
         thread = threading.Thread(target=self._finish, name=f"raytrain-checkpoint-{name}", daemon=True,
-                                  args=(in_flight, wait_write, staging, shards, extra, position, config, world))
+                                  args=(in_flight, wait_write, staging, shards, extra, position, config, world,
+                                        writer.raytrain_digests))
         in_flight.thread, self._in_flight = thread, in_flight
         thread.start()
         if not self.asynchronous:
@@ -165,7 +170,8 @@ class ShardedCheckpointer:
         return self.run_dir / name / SHARDS_DIR if self.files.remote else staging / SHARDS_DIR
 
     def _finish(self, in_flight: _InFlight, wait_write: Callable[[], Any], staging: Path, shards: Path,
-                extra: Optional[bytes], position: Position, config: dict, world: int) -> None:
+                extra: Optional[bytes], position: Position, config: dict, world: int,
+                digests: dict[str, str]) -> None:
         try:
             wait_write()  # on rank 0 this returns once DCP wrote .metadata: after every worker's shards succeeded
             if self.rank == 0:
@@ -173,7 +179,8 @@ class ShardedCheckpointer:
                 extra_meta = _write_extra(staging / EXTRA_FILE, extra)
                 in_flight.committed = self.files.commit(
                     in_flight.name, lambda: _write_manifest(staging, shards, position, extra_meta, config=config,
-                                                            attempt=self.control.token, world_size=world))
+                                                            attempt=self.control.token, world_size=world,
+                                                            digests=digests))
         except BaseException as err:  # noqa: B036 - handed to the main thread
             in_flight.error = err
             if self.rank == 0:
@@ -216,7 +223,11 @@ class ShardedCheckpointer:
         if self.rank == 0:
             for path in self.latest():
                 try:
-                    candidates.append((str(path), read_small_state(path)))
+                    small = read_small_state(path)
+                    # Every shard against the hash it was written with (DCP reads no checksum: a shard damaged in
+                    # place, its size kept, would load): rank 0 reads the checkpoint once more, only at a start.
+                    checkpoints.verify_hash(path)
+                    candidates.append((str(path), small))
                 except CheckpointUnreadable as why:
                     warn(f"checkpoint {path.name} is unreadable: {why}; falling back to the one before")
         candidates = collectives.broadcast_from_rank0(candidates, self.rank)
@@ -322,14 +333,97 @@ def _fsspec() -> tuple:
 def _reader(shards: Path) -> Any:
     from torch.distributed.checkpoint import FileSystemReader
 
-    return _fsspec()[1](str(shards)) if storage.is_remote(shards) else FileSystemReader(str(shards))
+    if storage.is_remote(shards):
+        return _fsspec()[1](str(shards), **storage.fsspec_options(str(shards)))
+    return FileSystemReader(str(shards))
+
+
+class _HashingStream:
+    """A stream DCP writes a shard through: its sha256 computed as the bytes go by (no second read). A seek (DCP
+    writes each file front to back) makes the hash unknown rather than wrong."""
+
+    def __init__(self, stream: Any):
+        self._stream, self._digest, self.size = stream, hashlib.sha256(), 0
+        self.seeked = False
+
+    def write(self, data: Any) -> int:
+        written = self._stream.write(data)
+        view = memoryview(data).cast("B")
+        if isinstance(written, int) and written < len(view):
+            view = view[:written]
+        self._digest.update(view)
+        self.size += len(view)
+        return written if written is not None else len(view)
+
+    def seek(self, *args: Any) -> int:
+        self.seeked = True
+        return self._stream.seek(*args)
+
+    def hexdigest(self) -> Optional[str]:
+        return None if self.seeked else self._digest.hexdigest()
+
+    def __getattr__(self, name: str) -> Any:  # tell, fileno, flush, close: the stream's own
+        return getattr(self._stream, name)
+
+
+def _hashing(writer: Any) -> Any:
+    """DCP's storage writer with every file it writes hashed as written: each worker's shards' hashes travel to
+    rank 0 with DCP's own write results (an attribute DCP ignores), and rank 0's finish gathers them into
+    `writer.raytrain_digests` ({file name: sha256}, .metadata included) for the manifest."""
+
+    digests: dict[str, str] = {}
+    lock = threading.Lock()
+    create_stream = writer.fs.create_stream
+
+    @contextlib.contextmanager
+    def hashed_stream(path: Any, mode: str) -> Any:
+        if "w" not in mode:
+            with create_stream(path, mode) as stream:
+                yield stream
+            return
+        with create_stream(path, mode) as stream:
+            hashing = _HashingStream(stream)
+            yield hashing
+        digest = hashing.hexdigest()
+        if digest is not None:
+            with lock:
+                digests[os.path.basename(os.fspath(path))] = digest
+
+    writer.fs.create_stream = hashed_stream
+    write_data, finish = writer.write_data, writer.finish
+
+    def hashed_write_data(plan: Any, planner: Any) -> Any:
+        future = write_data(plan, planner)
+        for result in future.wait():  # the file writer's future is complete when write_data returns
+            name = getattr(result.storage_data, "relative_path", None)
+            object.__setattr__(result, "raytrain_sha256", digests.get(name))
+        return future
+
+    def hashed_finish(metadata: Any, results: Any) -> None:
+        for worker_results in results:
+            for result in worker_results:
+                name = getattr(result.storage_data, "relative_path", None)
+                digest = getattr(result, "raytrain_sha256", None)
+                if name and digest:
+                    digests[name] = digest
+        finish(metadata, results)
+        metadata_tmp = next((n for n in digests if n.endswith(".metadata.tmp")), None)
+        if metadata_tmp is not None:  # written as .metadata.tmp, renamed to .metadata
+            digests[".metadata"] = digests.pop(metadata_tmp)
+
+    writer.write_data, writer.finish = hashed_write_data, hashed_finish
+    writer.raytrain_digests = digests
+    return writer
 
 
 def _write_manifest(staging: Path, shards: Path, position: Position, extra_meta: dict, *, config: dict,
-                    attempt: Optional[int], world_size: int) -> None:
-    """meta.json, last: every shard file DCP wrote (sizes), extra.pt (size and hash). `shards`: staging/shards, or
-    on an object store the checkpoint's own prefix."""
-    files = {f"{SHARDS_DIR}/{p.name}": {"size": p.stat().st_size} for p in sorted(shards.iterdir()) if p.is_file()}
+                    attempt: Optional[int], world_size: int, digests: Optional[dict[str, str]] = None) -> None:
+    """meta.json, last: every shard file DCP wrote (size, and the sha256 computed while it was written), extra.pt
+    (size and hash). `shards`: staging/shards, or on an object store the checkpoint's own prefix."""
+    digests = digests or {}
+    files = {f"{SHARDS_DIR}/{p.name}": {"size": p.stat().st_size, **({"sha256": digests[p.name]}
+                                                                        if p.name in digests else {})}
+             for p in sorted(shards.iterdir()) if p.is_file()}
     if f"{SHARDS_DIR}/.metadata" not in files:
         raise CheckpointWriteFailed(f"DCP wrote no {SHARDS_DIR}/.metadata into {staging}")
     files[EXTRA_FILE] = extra_meta

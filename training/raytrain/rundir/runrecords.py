@@ -88,6 +88,13 @@ class Records:
             kept = [row for row in read_jsonl(steps) if _before(row, last_epoch, step)]
             self.write_atomic(steps, "".join(json.dumps(row) + "\n" for row in kept))
 
+    def drop_metrics_from(self, epoch: int, step: Optional[int] = None) -> None:
+        """Drop the epoch rows at or past (epoch, step) (row_key's order): a function that reports a position again
+        trains it again, so the rows it reported there before are replaced, not repeated."""
+        path = self.run_dir / layout.METRICS_FILE
+        kept = [row for row in read_metrics(self.run_dir) if row_key(row) < (epoch, -1 if step is None else step)]
+        self.write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
+
     def write_result(self, result: dict) -> None:
         """result.json is this attempt's outcome; results.jsonl keeps every attempt's, so a failed attempt never
         erases the record of one that trained."""
@@ -107,6 +114,12 @@ def plain_number(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None if math.isnan(value) else value
     return value
+
+
+def row_key(row: dict) -> tuple[int, int]:
+    """A metrics row's position: (epoch, the integer `step` it reports, or -1 for none: before any step)."""
+    step = row.get("step")
+    return row["epoch"], step if isinstance(step, int) and not isinstance(step, bool) else -1
 
 
 def _before(row: dict, last_epoch: int, step: int) -> bool:

@@ -21,15 +21,17 @@ reaches it for real, and its error names the bucket and the settings to check.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from raytrain.errors import UsageError
+from raytrain.errors import LaunchError, UsageError
 
 # The object stores a storage path may name, and the fsspec package that reaches each.
 URL_SCHEMES = {"s3": "s3fs", "gs": "gcsfs"}
@@ -159,12 +161,26 @@ def as_path(value: Union[str, os.PathLike, Any]) -> Path:
     check_url(text)
     from upath import UPath
 
-    # No listings cache: a lease's claims and a run's checkpoints are listed while other nodes write them. A connect
-    # timeout of 10 s (botocore's is 60 s, per retry): an endpoint that drops packets fails a start in under a minute.
+    return UPath(text.rstrip("/"), **fsspec_options(text))  # type: ignore[return-value]
+
+
+# S3's own advice (and the AWS SDKs' "standard" retry mode): a 500, 502, 503 (SlowDown), 504, a throttling code or a
+# dropped connection is retried, each wait drawn at random up to 2**attempt seconds (full jitter), capped at 20 s.
+# Six attempts ride out about 15 s of such answers (31 s at most) where botocore's default legacy mode gave up
+# after five; then the error is raised. The one retry policy for every request raytrain (and DCP's writer of
+# sharded checkpoints) makes to an object store: nothing above it retries these again.
+S3_RETRIES = {"mode": "standard", "max_attempts": 6}
+
+
+def fsspec_options(url: str) -> dict[str, Any]:
+    """The filesystem options of every client raytrain opens on an object store (upath.UPath, DCP's fsspec reader
+    and writer): no listings cache (a lease's claims and a run's checkpoints are listed while other nodes write
+    them); on S3 the retry policy above and a connect timeout of 10 s (botocore's is 60 s per attempt: an endpoint
+    that drops packets fails a start in under a minute)."""
     options: dict[str, Any] = {"use_listings_cache": False}
-    if url_scheme(text) == "s3":
-        options["config_kwargs"] = {"connect_timeout": 10}
-    return UPath(text.rstrip("/"), **options)  # type: ignore[return-value]
+    if url_scheme(url) == "s3":
+        options["config_kwargs"] = {"connect_timeout": 10, "retries": dict(S3_RETRIES)}
+    return options
 
 
 def _fs(path: Any) -> Any:
@@ -202,7 +218,7 @@ def append_bytes(path: Path, data: bytes, attempts: int = 20) -> None:
         fs.pipe_file(key, old + data)
         return
     bucket, _, name = key.partition("/")
-    for _ in range(attempts):
+    for attempt in range(attempts):
         try:
             etag: Optional[str] = fs.info(key, refresh=True)["ETag"]
             old = fs.cat_file(key)  # at least as new as the ETag: if it is newer, the conditional PUT fails
@@ -212,13 +228,35 @@ def append_bytes(path: Path, data: bytes, attempts: int = 20) -> None:
         try:
             fs.call_s3("put_object", Bucket=bucket, Key=name, Body=old + data, **condition)
             return
-        except (FileExistsError, FileNotFoundError):  # 412 (or 404: deleted meanwhile): read again
+        except FileExistsError:  # 412: another writer's append landed first: read again
+            continue
+        except FileNotFoundError:  # 404: the object was deleted meanwhile (read again), or its bucket was
+            if attempt == 0 and not _bucket_exists(fs, bucket):
+                raise bucket_missing(path) from None
             continue
         except OSError as err:
             if _precondition_failed(err):
                 continue
             raise
     raise OSError(errno.EAGAIN, f"{path}: {attempts} appends in a row lost a race with other writers")
+
+
+def _bucket_exists(fs: Any, bucket: str) -> bool:
+    try:
+        fs.call_s3("head_bucket", Bucket=bucket)
+        return True
+    except FileNotFoundError:
+        return False
+    except Exception:  # another answer (a permission, an outage) is not a missing bucket: the caller's error stands
+        return True
+
+
+def bucket_missing(path: Any) -> StorageError:
+    bucket = _key(path).split("/", 1)[0]
+    return StorageError(f"the bucket {bucket} of {path} does not exist any more (deleted while the run wrote to it, "
+                        f"or these credentials can no longer see it): nothing more of the run can be saved there. "
+                        f"Fix: create the bucket again (or correct the storage path) and run the same command again; "
+                        f"what was in the deleted bucket is gone.")
 
 
 def _precondition_failed(err: OSError) -> bool:
@@ -333,12 +371,87 @@ def run_scratch(run_dir: Any, name: str) -> Path:
     return local_root() / name / as_path(run_dir).name if is_remote(run_dir) else Path(run_dir) / name
 
 
+def is_full(err: OSError) -> bool:
+    """A write failed for want of space (the disk, or the user's quota)."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def staging_full(staging: Path, err: OSError) -> "StagingFull":
+    """The error for a local staging directory that filled (not the bucket's: an object store has no full disk)."""
+    return StagingFull(f"the local staging directory {staging} is full ({err.strerror or err}): a checkpoint is "
+                       f"written there before its upload, and nothing of it was committed. Fix: free space in "
+                       f"{local_root()} (TMPDIR; on Kubernetes the Ray pods' /tmp emptyDir, whose sizeLimit must hold "
+                       f"two checkpoints), or point TMPDIR at a larger disk; then run the same command again to "
+                       f"resume from the newest committed checkpoint.")
+
+
+class StagingFull(LaunchError):
+    """A node's local staging directory for uploads filled up; str() names it and the fix."""
+
+
+# The scratch directories this process made, each held by an flock on its own descriptor: a process that is killed
+# lets go of its locks, so the next start on the node knows its directories are no one's (remove_stale_scratch).
+_held: dict[str, int] = {}
+# Changed more recently, a directory may be one whose maker has not locked it yet (microseconds), or a writer's
+# that does not lock (a raytrain before this one on the same node)
+STALE_AFTER_S = 30.0
+
+
 def scratch_dir(purpose: str) -> Path:
     """A new local directory for what is staged here before an upload (a checkpoint, a driver log); the caller
-    removes it."""
+    removes it. It is locked while this process lives (see remove_stale_scratch)."""
+    for made, fd in list(_held.items()):  # the ones removed since: let their descriptors go
+        if not os.path.isdir(made):
+            os.close(_held.pop(made))
     base = local_root() / "scratch"
     base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{purpose}-", dir=base))
+    path = Path(tempfile.mkdtemp(prefix=f"{purpose}-", dir=base))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _held[str(path)] = fd
+    return path
+
+
+def _newest_change(directory: Path) -> float:
+    """The newest modification time in a (small) tree: something written into it just now is someone's."""
+    newest = directory.stat().st_mtime
+    for parent, directories, files in os.walk(directory):
+        for name in directories + files:
+            try:
+                newest = max(newest, os.stat(os.path.join(parent, name)).st_mtime)
+            except OSError:
+                pass
+    return newest
+
+
+def remove_stale_scratch() -> list[Path]:
+    """Remove this node's scratch directories that no live process holds: staged checkpoints and logs of attempts
+    (or workers) that were killed before they could remove them. Called by every start (the driver's, each
+    worker's); a directory a live process made stays."""
+    base = local_root() / "scratch"
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        if str(entry) in _held:
+            continue
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if time.time() - _newest_change(entry) < STALE_AFTER_S:
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+        except OSError:  # held by a live process (BlockingIOError), or gone meanwhile
+            continue
+        finally:
+            os.close(fd)
+    return removed
 
 
 def check_storage(storage_path: str, run_name: str = "", source: str = "run.storage_path") -> Path:

@@ -21,7 +21,12 @@ replaced, in that worker process only and before the function's module is import
   reports that continues across resumes); a reported checkpoint directory is copied into a staging directory
   (every worker's reported files, as Ray Train merges them; each file's sha256 computed while it is copied),
   named in a manifest and committed by the same fenced rename and pruning as raytrain's own checkpoints
-  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept). Then Ray Train's own `report(metrics)`
+  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept); on an object store each
+  worker stages on its own node and uploads the files it reported, and rank 0 the manifest last, once they are
+  all in the bucket. What cannot be committed (a directory gone before the report, an empty one, a negative
+  epoch) is refused at the report, naming it; a position the run's rows already hold (a function that ignored
+  get_checkpoint(), steps repeated after a restart) replaces the rows from there on, with a warning. Then Ray
+  Train's own `report(metrics)`
   (no checkpoint: Ray Train and Ray Tune see the metrics, raytrain keeps the files). Then the step control's
   synced decision: a graceful stop (SIGTERM, a deleted pod or job), a draining node or a lost lease ends the
   attempt here, at the function's next report. A report every N steps is the user's knob for how soon that is;
@@ -41,6 +46,7 @@ worker context (use `raytrain run`, which starts an embedded Ray on the machine)
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,9 +54,10 @@ from typing import Any, Callable, Optional
 
 from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import Position
+from raytrain.errors import RaytrainError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.parallel import collectives
-from raytrain.rundir import runrecords
+from raytrain.rundir import runrecords, storage
 from raytrain.spec import loops
 from raytrain.spec.loops import TRAIN_LOOP_CONFIG
 
@@ -59,6 +66,12 @@ RunConfig = Session = Any
 
 # ----------------------------------------------------------------------------------------------------------
 # the worker side
+
+
+class CheckpointRefused(RaytrainError):
+    """A checkpoint a function reported that cannot be committed (a directory gone or empty, a position raytrain's
+    reader cannot read back), or that did not reach the run's storage whole: refused at its report, on every worker
+    alike (one line: Ray's error shows the last line of its cause)."""
 
 
 class Bridge:
@@ -72,6 +85,8 @@ class Bridge:
         self.asked = False  # the function called get_checkpoint()
         self.next_count = 1
         self.began = time.perf_counter()
+        self.last_key: Optional[tuple[int, int]] = None  # rank 0: the position of the run's newest metrics row
+        self.reports = 0
 
     # -- the group's start
 
@@ -87,6 +102,9 @@ class Bridge:
         epoch = self.offer_position.epoch if self.offer_position is not None else None
         if session.is_rank_zero:  # with no checkpoint every row goes, an epoch 0 a function reported included
             session.records.truncate_metrics(-1 if epoch is None else epoch)
+            rows = runrecords.read_metrics(session.run_dir)
+            self.last_key = runrecords.row_key(rows[-1]) if rows else None
+        session._rows_truncated = True  # Session's own truncation at its start would drop rows resumed past here
         self.next_count = max(epoch or 0, 0) + 1
 
     def _newest_verified(self) -> Optional[str]:
@@ -144,7 +162,9 @@ class Bridge:
         row = {**{str(k): runrecords.plain_number(v) for k, v in metrics.items()}, "epoch": epoch,
                "resumed_from_epoch": session.resumed_from_epoch}
         if session.is_rank_zero:
+            self._drop_repeated(row)
             session.records.append_metrics(row)
+        self.reports += 1
         telemetry = getattr(session, "telemetry", None)
         if telemetry is not None:
             telemetry.epoch_end(row, 0, time.perf_counter() - self.began)
@@ -164,36 +184,172 @@ class Bridge:
         if decision.ending is not None:
             session._end(decision.ending, decision.reason or "stop requested")
 
+    def _drop_repeated(self, row: dict) -> None:
+        """Rank 0, before a row is appended: a function that reports a position the run's rows already hold (it
+        ignored get_checkpoint() and began again, or repeats steps after a mid-epoch restart) trains it again, so
+        the rows from there on are dropped and the warning names the repeat. A group's first report repeating the
+        newest row is a repeat too; later, rows of one epoch without a `step` are several reports of that epoch."""
+        key, last = runrecords.row_key(row), self.last_key
+        self.last_key = key
+        if last is None or key > last or (key == last and self.reports and key[1] < 0):
+            return
+        self.session.records.drop_metrics_from(*key)
+        at = f"epoch {key[0]}" + (f" step {key[1]}" if key[1] >= 0 else "")
+        self.session.records.append_event(
+            "warning", message=f"the function reported {at} again (metrics.jsonl already held rows up to epoch "
+                               f"{last[0]}{f' step {last[1]}' if last[1] >= 0 else ''}): it did not resume where "
+                               f"its checkpoint left off, so the rows from {at} on were dropped and it trains them "
+                               f"again")
+
     def _commit(self, position: Position, checkpoint: Any) -> Optional[Path]:
-        """Every worker's reported files into one staging directory, then rank 0's fenced commit."""
+        """Every worker's reported files staged (each file's hash computed as it is copied), then rank 0's fenced
+        commit of all of them. On a directory every worker copies into the one staging directory; on an object
+        store each worker stages on its own node, so every worker uploads the files it reported (a name several
+        report: the lowest rank's) before rank 0 uploads its own and the manifest last. A checkpoint that cannot
+        be committed whole is refused on every worker alike (CheckpointRefused): nothing of it is committed."""
         session = self.session
         # Rank 0's report names the checkpoint and its position (the others may report other metrics).
         name, epoch = collectives.broadcast_from_rank0(
             (checkpoints.checkpoint_dir_name(position), position.epoch) if session.is_rank_zero else None, session.rank)
         position = Position(epoch)
         checkpointer = session.checkpointer
-        staging = checkpointer.staging_path(name)
         files: dict[str, dict] = {}
+        problem: Optional[str] = None
         if checkpoint is not None:
             session.control.check()  # a worker of an attempt that lost the run does not even copy
-            with checkpoint.as_directory() as source:
-                files = checkpoints.copy_tree_hashed(Path(source), staging / checkpoints.DATA_DIR)
-        gathered = collectives.gather_all((checkpoint is not None, files))
-        if not any(reported for reported, _ in gathered):
+            try:
+                files = self._stage(checkpoint, checkpointer.staging_path(name), epoch)
+            except CheckpointRefused as err:
+                problem = str(err)
+            except OSError as err:
+                problem = self._write_failed(err, checkpointer, name)
+        gathered = collectives.gather_all((checkpoint is not None, files, problem))
+        if not any(reported for reported, _, _ in gathered):
             return None
+        refusal = next((why for _, _, why in gathered if why), None) or _position_refused(epoch)
+        if refusal is None and not any(worker_files for _, worker_files, _ in gathered):
+            refusal = (f"the checkpoint reported at epoch {epoch} holds no file: nothing would be restored from it. "
+                       f"Fix: write the state into the directory before ray.train.report(..., checkpoint=...)")
+        if refusal is not None:
+            self._discard(name)
+            raise CheckpointRefused(f"ray.train.report refused a checkpoint: {refusal}")
+        owners = _owners([worker_files for _, worker_files, _ in gathered])
+        if checkpointer.remote:
+            problem = self._upload_own(name, files, owners)
+            failed = next((why for why in collectives.gather_all(problem) if why), None)
+            if failed is not None:
+                self._discard(name)
+                if session.is_rank_zero:
+                    storage.remove_tree(session.run_dir / name)  # a prefix without its manifest: never committed
+                raise CheckpointRefused(f"checkpoint {name} was not committed: {failed}")
         if not session.is_rank_zero:
             return session.run_dir / name
+        staging = checkpointer.staging_path(name)
         merged: dict[str, dict] = {}
-        for _, worker_files in gathered:
+        for rank, worker_files in enumerate(worker_files for _, worker_files, _ in gathered):
             for relative, entry in worker_files.items():
-                if relative in merged and merged[relative]["sha256"] != entry["sha256"]:
+                if checkpointer.remote:
+                    if owners[relative] == rank:  # what was uploaded under that name
+                        merged[relative] = entry
+                elif relative in merged and merged[relative]["sha256"] != entry["sha256"]:
                     # Two workers reported different files under one name: whichever landed last is on disk.
                     path = staging / checkpoints.DATA_DIR / relative
-                    entry = {"size": path.stat().st_size, "sha256": checkpoints._file_digest(path)}
-                merged[relative] = entry
+                    merged[relative] = {"size": path.stat().st_size, "sha256": checkpoints._file_digest(path)}
+                else:
+                    merged[relative] = entry
+        if checkpointer.remote:
+            self._check_uploaded(name, merged, owners)
         config = session.config.to_dict()
         return checkpointer.commit(name, lambda: checkpoints.write_directory_manifest(
             staging, position, merged, config=config, attempt=session.control.token))
+
+    def _stage(self, checkpoint: Any, staging: Path, epoch: int) -> dict[str, dict]:
+        """This worker's reported directory copied into `staging`/data, hashed; CheckpointRefused for what is not
+        a directory checkpoint."""
+        rank = self.session.rank
+        if not callable(getattr(checkpoint, "as_directory", None)):
+            raise CheckpointRefused(f"rank {rank} reported a {type(checkpoint).__name__} at epoch {epoch}, not a "
+                                    f"ray.train.Checkpoint. Fix: report checkpoint=ray.train.Checkpoint."
+                                    f"from_directory(DIR)")
+        try:
+            with checkpoint.as_directory() as source:
+                if not Path(source).is_dir():
+                    raise FileNotFoundError(source)
+                return checkpoints.copy_tree_hashed(Path(source), staging / checkpoints.DATA_DIR)
+        except FileNotFoundError as err:
+            gone = getattr(checkpoint, "path", None) or err.filename or err
+            raise CheckpointRefused(f"the checkpoint directory rank {rank} reported at epoch {epoch}, {gone}, does "
+                                    f"not exist (deleted before ray.train.report: a TemporaryDirectory left before "
+                                    f"the report?). Fix: call ray.train.report inside the block that wrote the "
+                                    f"directory") from None
+
+    def _write_failed(self, err: OSError, checkpointer: Any, name: str) -> str:
+        staging = checkpointer.staging_path(name)
+        if checkpointer.remote and storage.is_full(err):
+            return f"rank {self.session.rank}: {storage.staging_full(staging, err)}"
+        return f"rank {self.session.rank} could not stage it in {staging}: {err.strerror or err}"
+
+    def _upload_own(self, name: str, files: dict[str, dict], owners: dict[str, int]) -> Optional[str]:
+        """A worker other than rank 0, on an object store: upload the reported files it owns (rank 0's go with its
+        commit), then remove its local staging copy. Why it failed, or None."""
+        session = self.session
+        if session.is_rank_zero:
+            return None
+        checkpointer = session.checkpointer
+        if not files:  # an empty directory reported: its (empty) staging directory goes
+            checkpointer.discard_staging(name)
+            return None
+        staging = checkpointer.staging_path(name) / checkpoints.DATA_DIR
+        target = session.run_dir / name / checkpoints.DATA_DIR
+        relative = ""
+        try:
+            for relative in sorted(r for r in files if owners[r] == session.rank):
+                session.control.check()
+                storage.upload_file(staging / relative, target / relative)
+        except (Exception, AttemptEnded) as err:
+            return f"rank {session.rank} could not upload {relative} to {target}: {err.__class__.__name__}: {err}"
+        finally:
+            checkpointer.discard_staging(name)
+        return None
+
+    def _check_uploaded(self, name: str, merged: dict[str, dict], owners: dict[str, int]) -> None:
+        """Rank 0, before its commit on an object store: the other workers' files are in the bucket, at their size
+        (one listing), else nothing is committed."""
+        listed = storage.list_tree(self.session.run_dir / name / checkpoints.DATA_DIR)
+        for relative, entry in merged.items():
+            if owners[relative] != 0 and (listed.get(relative) or {}).get("size") != entry["size"]:
+                storage.remove_tree(self.session.run_dir / name)
+                self.session.checkpointer.discard_staging(name)
+                raise CheckpointRefused(f"checkpoint {name} was not committed: {relative}, reported by rank "
+                                        f"{owners[relative]}, is not in {self.session.run_dir / name} at its size")
+
+    def _discard(self, name: str) -> None:
+        """A refused checkpoint's staged copies: this worker's local ones; on a directory rank 0 removes the
+        shared staging directory (after every worker stopped writing into it: all of them passed the gather)."""
+        checkpointer = self.session.checkpointer
+        if checkpointer.remote:
+            checkpointer.discard_staging(name)
+        elif self.session.is_rank_zero:
+
+            shutil.rmtree(checkpointer.staging_path(name), ignore_errors=True)
+
+
+def _owners(reported: list[dict[str, dict]]) -> dict[str, int]:
+    """{file name: the lowest rank that reported it}: whose copy is uploaded where several report one name."""
+    owners: dict[str, int] = {}
+    for rank, worker_files in enumerate(reported):
+        for relative in worker_files:
+            owners.setdefault(relative, rank)
+    return owners
+
+
+def _position_refused(epoch: int) -> Optional[str]:
+    """Why a checkpoint at `epoch` could not be read back (checkpoints.read_meta takes counts only)."""
+    if epoch < 0:
+        return (f"its epoch is {epoch}: a checkpoint's epoch counts epochs completed (0 or more), and raytrain "
+                f"could neither resume from nor prune one at a negative epoch. Fix: report an epoch of 0 or more "
+                f"with a checkpoint")
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------

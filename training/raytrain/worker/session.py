@@ -79,6 +79,7 @@ class Session(ABC):
         self.run_dir = storage.as_path(run_dir)
         self.control = control
         self.records = runrecords.Records(self.run_dir, control)
+        storage.remove_stale_scratch()  # what killed workers staged on this node before an upload (object storage)
         # The run config chooses (run.checkpointer): rank 0 writes one state.pt, or every worker its shards.
         self.sharded = config.checkpointer == "sharded"
         self.checkpointer: Any
@@ -100,6 +101,7 @@ class Session(ABC):
         self._tracked: Optional[tuple[Any, Any, dict]] = None
         self._steps: Any = None  # raytrain.worker.stepcontrol.StepControl, made by start()
         self._announced = False
+        self._rows_truncated = False  # this worker group dropped the rows past its start (raytrain_function's own)
 
     # ------------------------------------------------------------------------------------------ who and where
 
@@ -128,6 +130,12 @@ class Session(ABC):
             return
         self._announced = True
         start = (self.resumed_from_epoch or 0) + 1
+        if self.is_rank_zero and not self._rows_truncated:
+            # Every worker-group start (a restart after a failure too) trains again from here: the rows past its
+            # position go, all of them when it starts from nothing (the driver's truncation ran once per attempt).
+            self._rows_truncated = True
+            self.records.truncate_metrics(-1 if self.resumed_from_epoch is None else self.resumed_from_epoch,
+                                          self._resume_step)
         if self.is_rank_zero:
             before = [e.get("world_size") for e in runrecords.read_events(self.run_dir) if e.get("event") == "start"]
             if before and isinstance(before[-1], int) and before[-1] != self.world_size:
@@ -307,7 +315,6 @@ class Session(ABC):
                 self.records.append_event("restored", checkpoint=loaded.path.name, epoch=self.resumed_from_epoch,
                                           step=self._resume_step, applied={k: new for k, (_, new) in applied.items()},
                                           **resharded)
-                self.records.truncate_metrics(self.resumed_from_epoch, self._resume_step)
         self._tracked = (model, optimizer, stateful)
         self._announce()
         return (self.resumed_from_epoch or 0) + 1
