@@ -109,11 +109,24 @@ class Progress(threading.Thread):
         self.printed: set[tuple] = {self.key(row) for row in runrecords.read_metrics(run_dir)}
         self.events_seen = len(runrecords.read_events(run_dir))
         self.stopping = threading.Event()
+        self.failed = False  # warned once that a poll failed
 
     def run(self) -> None:
         while not self.stopping.wait(0.5):
+            self.poll_quietly()
+        self.poll_quietly()
+
+    def poll_quietly(self) -> None:
+        """poll, where whatever it meets is one warning line, once (the run's own records are unaffected; a thread's
+        traceback would land in the middle of the epochs' lines), and the next poll tries again."""
+        try:
             self.poll()
-        self.poll()
+        except Exception as err:  # noqa: BLE001 - a display thread: nothing it meets may end or clutter the run
+            if not self.failed:
+                self.failed = True
+                message = " ".join(str(err).split()) or err.__class__.__name__
+                console.warning(f"cannot read the run's progress from {self.run_dir} ({err.__class__.__name__}: "
+                                f"{message}); the run goes on, and its records are complete", out=self.out, rank=0)
 
     @staticmethod
     def key(row: dict) -> tuple:

@@ -136,7 +136,7 @@ def read_jsonl(path: Path, warn: Optional[Callable[[str], None]] = None) -> list
     is skipped silently, as a writer may be appending it right now."""
     rows: list[dict] = []
     try:
-        raw = path.read_bytes()
+        raw = storage.read_bytes(path)
     except FileNotFoundError:
         return rows
     lines = raw.split(b"\n")
@@ -185,7 +185,7 @@ def read_events(run_dir: Path) -> list[dict]:
 def read_result(run_dir: Path) -> Optional[dict]:
     path = run_dir / RESULT_FILE
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = json.loads(storage.read_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (UnicodeDecodeError, ValueError) as err:

@@ -145,6 +145,22 @@ def put_bytes(path: Path, data: bytes) -> None:
     _fs(path).pipe_file(_key(path), data)
 
 
+def read_bytes(path: Path, attempts: int = 10) -> bytes:
+    """The whole object (or file) at `path`, as one GET: S3 answers a GET with one version of the object whole, while
+    s3fs's file reads (UPath.read_bytes) fetch ranges pinned to the ETag seen at open and raise FileExpired when a
+    writer replaced the object in between, as rank 0 does metrics.jsonl and events.jsonl with each append. A
+    FileExpired that still comes (a retried range) reads again."""
+    if not is_remote(path):
+        return Path(path).read_bytes()
+    for _ in range(attempts - 1):
+        try:
+            return _fs(path).cat_file(_key(path))
+        except OSError as err:
+            if err.errno != errno.EBUSY:  # s3fs's FileExpired is an EBUSY
+                raise
+    return _fs(path).cat_file(_key(path))
+
+
 def create_exclusive(path: Path, data: bytes) -> bool:
     """Create the object `path` holding `data` unless it exists (If-None-Match: *, and GCS's generation match):
     True if this call created it. Exactly one of several concurrent callers gets True."""
