@@ -76,6 +76,18 @@ def test_a_missing_bucket_and_an_unreachable_endpoint_are_one_paragraph_each(s3_
         storage.check_storage("s3://some-bucket/runs", "r")
 
 
+@pytest.mark.parametrize("command", ["local", "run"])
+def test_a_missing_bucket_ends_the_command_in_one_paragraph(s3_server, capsys, command):
+    """The driver log's upload at the end does not meet the missing bucket a second time (issue 40, item 6)."""
+    from tests.support.cli import exit_status
+
+    code = exit_status([command, "linear", "--storage", "s3://no-such-bucket-h40/runs", "--set", "train.epochs=1"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("raytrain:") == 1 and "its bucket does not exist" in captured.err, captured.err
+    assert "driver log" not in captured.err + captured.out
+
+
 def test_check_storage_probes_for_real_and_leaves_nothing(s3_server, s3_prefix):
     storage.check_storage(s3_prefix, "run")
     bucket = s3_prefix.split("/")[2]

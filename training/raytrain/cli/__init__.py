@@ -576,9 +576,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                f"Fix: set it to json or human, or unset it")
         return EXIT_USAGE
     console.configure(log_format)
+    error: Optional[BaseException] = None  # the paragraph the command ended with, if any
     try:
         return args.func(args)
     except RaytrainError as err:
+        error = err
         _error(str(err))
         return err.exit_code
     except ModuleNotFoundError as err:
@@ -590,7 +592,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                "command again.")
         return EXIT_USAGE
     except KeyboardInterrupt:
+        error = KeyboardInterrupt()
         _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
         return 130
     finally:
-        console.stop_copy()
+        console.stop_copy(error)

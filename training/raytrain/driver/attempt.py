@@ -330,7 +330,7 @@ def run_attempt(cfg: RunConfig, trainer: Trainer, report: Callable[[Outcome], in
 def _exit_now(attempt: Attempt, error: Optional[BaseException]) -> None:
     if error is not None:
         console.error(str(error))
-    console.stop_copy()
+    console.stop_copy(error)
     code = 1 if error is not None else 128 + (attempt.stop_signal or 0)
     sys.stdout.flush()
     sys.stderr.flush()
