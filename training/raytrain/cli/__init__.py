@@ -67,10 +67,11 @@ def _report(outcome) -> int:
     result = outcome.result
     metrics = result.get("metrics", {})
     parts = [f"{result['status']}: {result['epochs_completed']} epochs"]
+    number = lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)  # noqa: E731
     for key in ("train_loss", "val_loss", "val_accuracy"):
-        if key in metrics:
-            parts.append(f"{key} {metrics[key]:.4f}")
-    if "peak_rss_mb" in metrics:
+        if key in metrics:  # null where it was NaN (a diverged run, whose error says so)
+            parts.append(f"{key} {metrics[key]:.4f}" if number(metrics[key]) else f"{key} nan")
+    if number(metrics.get("peak_rss_mb")) and number(metrics.get("samples_per_s")):
         parts.append(f"peak worker RSS {metrics['peak_rss_mb']:.0f} MiB, {metrics['samples_per_s']:.0f} samples/s")
     if result.get("resumed_from_epoch") is not None:
         parts.append(f"resumed from epoch {result['resumed_from_epoch']}")

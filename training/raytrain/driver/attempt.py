@@ -230,6 +230,9 @@ class Attempt:
             if self.left_running is not None:  # a shutdown under the body's thread would crash: the watchdog
                 self._end_watchdog(wait=True)  # stops Ray's processes, so that the result counts what they wrote
             return self._write(records, control, self._stopped(started))
+        if isinstance(error, AttemptEnded) and error.ending is Ending.FAILED:  # a diverged loss (the session)
+            return self._write(records, control, summarize(self.run_dir, Ending.FAILED.value, started,
+                                                           error.reason))
         if isinstance(error, AttemptEnded):  # the loop ended itself the way a stop does (a local drain, say)
             return self._write(records, control, summarize(self.run_dir, Ending.STOPPED.value, started,
                                                            error.reason))

@@ -24,6 +24,7 @@ from raytrain.driver import preflight, scaleup
 from raytrain.errors import LaunchError
 from raytrain.loop import format_row
 from raytrain.rundir import console, runrecords, storage
+from raytrain.rundir.runcontrol import AttemptEnded, Ending
 from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
 from raytrain.worker import elastic
@@ -290,6 +291,11 @@ class RayTrainer:
             raise LaunchError(training_failed(err, cfg, run_dir)) from None
         finally:
             progress.stop()
+        # A worker that met a diverged loss ended its loop (no restart would help): the group "finished"
+        diverged = [e for e in runrecords.read_events(run_dir)
+                    if e.get("event") == "diverged" and e.get("attempt") == records.token]
+        if diverged:
+            raise AttemptEnded(Ending.FAILED, diverged[-1]["message"])
 
     def close(self) -> None:
         if not self.owns_ray:

@@ -115,6 +115,21 @@ def plain_number(value: Any) -> Any:
     return value
 
 
+def diverged(metrics: Any) -> list[str]:
+    """The losses among a report's metrics (keys that end in "loss") that are NaN or infinite: a diverged run."""
+    found = []
+    for key, value in metrics.items():
+        if str(key).endswith("loss"):
+            if hasattr(value, "item") and callable(value.item):
+                try:
+                    value = value.item()
+                except (TypeError, ValueError, RuntimeError):
+                    continue
+            if isinstance(value, float) and not math.isfinite(value):
+                found.append(str(key))
+    return found
+
+
 def _before(row: dict, last_epoch: int, step: int) -> bool:
     """A step row of (epoch, step) trained at or before the position (last completed epoch, steps into the next)."""
     epoch, at = row.get("epoch"), row.get("step")
