@@ -220,18 +220,25 @@ def ray_train_storage(run_dir: Path) -> str:
     return str(run_dir / RAY_TRAIN_DIR)
 
 
-def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
+def group_restarts(run_dir: Path, attempt: Optional[int]) -> int:
+    """How many times Ray Train restarted this attempt's worker group: its groups' start events (one per group,
+    written also by a group whose loop failed before its first step) but the first, less an elastic run's resizes
+    (a grow is no failure)."""
+    events = [e for e in runrecords.read_events(run_dir) if e.get("attempt") == attempt]
+    starts = [e for e in events if e.get("event") == "start"]
+    resized = [e for e in events if e.get("event") == "resizing"]
+    return max(len(starts) - 1 - len(resized), 0)
+
+
+def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path, attempt: Optional[int] = None) -> str:
     """What trainer.fit()'s failure means, in one paragraph: Ray Train gave up after its worker-group restarts, or
     its controller failed (no restarts are counted for that)."""
     from ray.train import ControllerError
 
-    events = runrecords.read_events(run_dir)
-    starts = [e for e in events if e.get("event") == "start"]
-    resized = [e for e in events if e.get("event") == "resizing"]  # an elastic run's grows: no failure
     if isinstance(err, ControllerError):
         what = "Ray Train's controller failed"
     else:
-        what = (f"training failed after {max(len(starts) - 1 - len(resized), 0)} worker-group restart(s) "
+        what = (f"training failed after {group_restarts(run_dir, attempt)} worker-group restart(s) "
                 f"({cfg.run.max_failures} allowed)")
     kept = (f"Checkpoints written so far are kept in {run_dir}; fix the cause and run the same command again to resume"
             if checkpoints.committed(run_dir) else
@@ -288,7 +295,7 @@ class RayTrainer:
         try:
             trainer.fit()
         except (TrainingFailedError, ControllerError) as err:  # Ray Train gave up; anything else is a bug
-            raise LaunchError(training_failed(err, cfg, run_dir)) from None
+            raise LaunchError(training_failed(err, cfg, run_dir, records.token)) from None
         finally:
             progress.stop()
         # A worker that met a diverged loss ended its loop (no restart would help): the group "finished"

@@ -129,7 +129,11 @@ def worker_entry(loop_config: dict) -> None:
         if ray_train_function:
             raytrain_function.run(cfg, session)
         else:
-            components.instantiate(cfg.loop, session)
+            try:
+                components.instantiate(cfg.loop, session)
+            except Exception:
+                session.announce_failed_start()
+                raise
     except AttemptEnded as ended:
         if ended.ending is not Ending.LEASE_LOST:
             session.wait_for_checkpoint()

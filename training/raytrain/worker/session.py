@@ -134,9 +134,20 @@ class Session(ABC):
                 self.records.append_event("resize", previous=before[-1], workers=self.world_size,
                                           epoch=self.resumed_from_epoch or 0, step=self._resume_step)
             self.records.append_event("start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
-                                      resumed_at_step=self._resume_step, world_size=self.world_size)
+                                      resumed_at_step=self._resume_step, world_size=self.world_size,
+                                      attempt=self.records.token)
         self._started(start)
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
+
+    def announce_failed_start(self) -> None:
+        """A group whose loop raised before its first batch, restore or report still started: record it (the
+        driver counts restarts by these events), unless the records cannot be written either."""
+        if self._announced:
+            return
+        try:
+            self._announce()
+        except (OSError, AttemptEnded):  # the failure being raised is the one to report
+            pass
 
     # ------------------------------------------------------------------------------------------ model and data
 
