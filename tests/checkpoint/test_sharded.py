@@ -177,6 +177,9 @@ def test_a_full_disk_commits_nothing_keeps_what_was_saved_and_names_the_cause(tm
         with pytest.raises(CheckpointWriteFailed) as failed:
             saver.wait()
         assert "could not be written" in str(failed.value) and "nothing of it was committed" in str(failed.value)
+        # issue 40, item 14: the place and the fix, not torch's "[enforce fail at inline_container.cc] unexpected pos"
+        assert str(failed.value).startswith(f"the disk is full at {disk} ("), str(failed.value)
+        assert "unexpected pos" not in str(failed.value) and "Fix: free space there" in str(failed.value)
         assert [p.name for p in disk.iterdir()] == [first.name]  # no staging directory left, the first one kept
 
 

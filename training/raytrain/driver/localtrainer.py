@@ -14,7 +14,7 @@ from typing import Optional, TextIO
 
 from raytrain.driver.attempt import STOP_GRACE_S, Attempt, Outcome
 from raytrain.errors import LaunchError
-from raytrain.rundir import console, runrecords
+from raytrain.rundir import console, runrecords, storage
 from raytrain.rundir import lease as leases
 from raytrain.rundir.runcontrol import AttemptEnded, Ending
 from raytrain.spec import components
@@ -50,7 +50,9 @@ class LocalTrainer:
             raise
         except (LaunchError, OSError) as err:
             if isinstance(err, OSError) and err.errno is not None and _on_storage(err, records):
-                raise LaunchError(f"writing run {cfg.run.name} failed: {err.strerror} ({err.filename}). Checkpoints "
+                full = storage.disk_full(err, records.run_dir)
+                raise LaunchError(f"{full + ': ' if full else ''}writing run {cfg.run.name} failed: {err.strerror} "
+                                  f"({err.filename}). Checkpoints "
                                   f"committed so far are kept. Fix: free space on (or make writable) "
                                   f"{cfg.run.storage_path}, then run the same command again to resume.") from None
             if isinstance(err, LaunchError):

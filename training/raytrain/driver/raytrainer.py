@@ -168,9 +168,15 @@ class Progress(threading.Thread):
 
 
 def root_cause(err: BaseException) -> str:
-    """One line for the user out of Ray's nested errors: the innermost exception's last line."""
+    """One line for the user out of Ray's nested errors: the innermost exception's last line; a full disk (ENOSPC,
+    EDQUOT on a worker) as "the disk is full at DIR" (the worker's path: a shared volume's is the same here)."""
+    import errno
+
     while err.__cause__ is not None:
         err = err.__cause__
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = os.path.dirname(os.fspath(err.filename)) if err.filename else None
+        return (f"the disk is full at {where} ({err.strerror})" if where else f"the disk is full ({err.strerror})")
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
     return lines[-1] if lines else err.__class__.__name__
 

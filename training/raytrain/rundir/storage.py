@@ -209,6 +209,67 @@ def _precondition_failed(err: OSError) -> bool:
     return code in ("PreconditionFailed", "412") or "pre-condition" in str(err).lower()
 
 
+# torch's zip writer (torch.save, and DCP's shards through it) turns a write the disk refused into its own error,
+# "[enforce fail at inline_container.cc:NNN] . unexpected pos X vs Y" or "file write failed", losing the errno.
+_SHORT_WRITE = re.compile(r"unexpected pos \d+ vs \d+|file write failed|PytorchStreamWriter failed writing",
+                          re.IGNORECASE)
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """`err`, its causes and contexts, and DCP's per-worker failures (CheckpointException.failures), each once."""
+    seen: list[BaseException] = []
+    todo = [err]
+    while todo and len(seen) < 50:
+        current = todo.pop()
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        todo += [current.__cause__, current.__context__]
+        failures = getattr(current, "failures", None)
+        if isinstance(failures, dict):
+            todo += [pair[0] if isinstance(pair, tuple) else pair for pair in failures.values()]
+    return [e for e in seen if isinstance(e, BaseException)]
+
+
+def mount_of(path: Path) -> Path:
+    """The mount point of the filesystem `path` (or its nearest existing parent) is on."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def disk_full(err: BaseException, where: Path) -> Optional[str]:
+    """When `err` is a full disk while writing under local `where`, what to say first: "the disk is full at MOUNT
+    (F free of T)". A full disk is an ENOSPC or EDQUOT anywhere in the error's chain, or torch's short write on a
+    filesystem found with little space left (under 1 GiB or 2%: the errno is gone, the space is the evidence). None
+    otherwise, and for an object store (its local staging is a path of its own)."""
+    if is_remote(where):
+        return None
+    chain = _chain(err)
+    refused = any(isinstance(e, OSError) and e.errno in _FULL_ERRNOS for e in chain)
+    short = any(_SHORT_WRITE.search(str(e)) for e in chain)
+    if not (refused or short):
+        return None
+    try:
+        usage = shutil.disk_usage(mount_of(where))
+    except OSError:
+        return f"the disk is full at {where}" if refused else None
+    if not refused and usage.free >= min(2**30, usage.total // 50):
+        return None
+    return f"the disk is full at {mount_of(where)} ({_bytes(usage.free)} free of {_bytes(usage.total)})"
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
 def upload_file(source: Path, target: Path) -> None:
     """Copy a local file to an object store (multipart for large files, by fsspec)."""
     _fs(target).put_file(str(source), _key(target))
