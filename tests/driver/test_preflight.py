@@ -162,7 +162,7 @@ def test_a_resume_with_the_other_checkpointer_is_refused_naming_the_setting(tmp_
 def _project(tmp_path, monkeypatch, module: str, where: str = ""):
     """A project directory as the working directory (what `raytrain run` in it sets), with a model component in
     `module`.py under `where` (a folder of it put on the import path, as an installed environment's is)."""
-    from raytrain import workdir
+    from raytrain.spec import workdir
 
     folder = tmp_path / where
     folder.mkdir(parents=True, exist_ok=True)

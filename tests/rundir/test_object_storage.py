@@ -173,7 +173,7 @@ def test_a_reader_racing_an_appender_reads_every_time(s3_prefix):
     5): s3fs's ranged reads of an object replaced meanwhile raise FileExpired; a reader sees an old or a new object,
     never an error, and never fewer rows than it saw before."""
     where = run_dir(s3_prefix)
-    records = runs.Records(where)
+    records = runrecords.Records(where)
     records.append_metrics({"epoch": 1, "loss": 1.0})
     done = threading.Event()
 
@@ -187,28 +187,28 @@ def test_a_reader_racing_an_appender_reads_every_time(s3_prefix):
     seen, reads = 1, 0
     try:
         while not done.is_set():
-            rows = runs.read_metrics(where)
+            rows = runrecords.read_metrics(where)
             assert len(rows) >= seen
             seen, reads = len(rows), reads + 1
     finally:
         done.set()
         writer.join()
-    assert reads > 10 and [r["epoch"] for r in runs.read_metrics(where)] == list(range(1, 80))
+    assert reads > 10 and [r["epoch"] for r in runrecords.read_metrics(where)] == list(range(1, 80))
 
 
 def test_the_progress_thread_says_what_it_cannot_read_in_one_line_and_goes_on(tmp_path, capsys):
     """Nothing a background thread meets reaches the user as a traceback: an unreadable metrics file is one
     warning, once, and the thread keeps printing the epochs it can read."""
-    from raytrain.launcher import Progress
+    from raytrain.driver.raytrainer import Progress
 
     run = tmp_path / "run"
     run.mkdir()
     progress = Progress(run, epochs=2, out=sys.stdout)
-    (run / runs.METRICS_FILE).mkdir()  # a directory where the file should be: every read fails
+    (run / runrecords.METRICS_FILE).mkdir()  # a directory where the file should be: every read fails
     progress.start()
     time.sleep(1.2)
-    (run / runs.METRICS_FILE).rmdir()
-    runs.Records(run).append_metrics({"epoch": 1, "loss": 0.5, "epoch_s": 1.0})
+    (run / runrecords.METRICS_FILE).rmdir()
+    runrecords.Records(run).append_metrics({"epoch": 1, "loss": 0.5, "epoch_s": 1.0})
     time.sleep(1.2)
     progress.stop()
     assert not progress.is_alive()

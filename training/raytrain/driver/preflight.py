@@ -323,7 +323,7 @@ def ship_plan(directory: Path, limit_bytes: int = SHIP_LIMIT_BYTES,
     environment or Ray temporary directory found under it (anchored, so a folder of the same name elsewhere still
     ships). Measured as Ray will walk it (.gitignore and .rayignore honoured); one paragraph (ConfigError) when what
     remains exceeds `limit_bytes` or `limit_files`, found without walking further than the bound."""
-    from raytrain.rayinternals import walk_working_dir
+    from raytrain.platform.rayinternals import walk_working_dir
 
     found: list[str] = []
     total = {"bytes": 0, "files": 0}
