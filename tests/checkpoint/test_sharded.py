@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-from raytrain.checkpoint import checkpoints, export
+from raytrain.checkpoint import checkpoints, export, resume
 from raytrain.checkpoint.checkpoints import Position
 from raytrain.checkpoint.sharded import SHARDS_DIR, CheckpointWriteFailed, ShardedCheckpointer
 from raytrain.rundir.runcontrol import UNFENCED, AttemptEnded, Ending
@@ -116,6 +116,28 @@ def test_a_damaged_newest_is_skipped_and_named_and_the_one_before_loads(tmp_path
     loaded = ShardedCheckpointer(tmp_path).load_newest(warnings.append, *trained(seed=3))
     assert loaded is not None and loaded.state["epoch"] == 1
     assert len(warnings) == 1 and newest.name in warnings[0] and why in warnings[0], warnings
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda path: (path / SHARDS_DIR / "__0_0.distcp").unlink(), "shards/__0_0.distcp is missing"),
+    (lambda path: (path / checkpoints.META_FILE).write_bytes(b"\xff\xfe not json"), "meta.json missing or invalid"),
+])
+def test_the_drivers_resume_check_names_a_damaged_sharded_checkpoint_without_advising_sharded(tmp_path, damage,
+                                                                                              why):
+    """Issue 40, item 14: the resume check read a damaged sharded checkpoint with the single-file loader, whose
+    refusal advised `run.checkpointer: sharded`, which the run already had."""
+    model, optimizer = trained()
+    saver = ShardedCheckpointer(tmp_path, keep=5)
+    save(saver, model, optimizer, 1)
+    save(saver, model, optimizer, 2)
+    newest = saver.wait()
+    damage(newest)
+    warnings = []
+    plan = resume.plan(tmp_path, {"train": {"epochs": 9}}, warnings.append, resume.ResumeRules(),
+                       checkpoints.FileCheckpointer(tmp_path, keep=5))
+    assert plan.epoch == 1
+    assert len(warnings) == 1 and newest.name in warnings[0] and why in warnings[0], warnings
+    assert "run.checkpointer" not in warnings[0] and "single-file" not in warnings[0], warnings
 
 
 def test_a_torn_write_is_never_loaded_and_the_next_holder_removes_it(tmp_path):
