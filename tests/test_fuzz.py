@@ -226,7 +226,7 @@ def test_the_new_keys_answer_every_mutation_in_bounded_time_and_memory(tmp_path,
     import re
     import tracemalloc
 
-    from raytrain.driver import preflight, tracking
+    from raytrain.driver import preflight
 
     rng = random.Random(seed)
     names = list(NEW_KEYS)
@@ -244,7 +244,7 @@ def test_the_new_keys_answer_every_mutation_in_bounded_time_and_memory(tmp_path,
             with deadline(CASE_LIMIT_S, what):
                 try:
                     cfg = load_config("linear", [f"run.storage_path={tmp_path}", *sets])
-                    tracking.check_destinations(cfg)
+                    preflight.check_tracking_destination(cfg)
                     preflight.check_model_builds(cfg)
                 except RaytrainError as err:
                     message = str(err)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.driver import tracking
+from raytrain.driver import preflight, tracking
 from raytrain.errors import UsageError
 from raytrain.rundir import runrecords
 from raytrain.rundir.runcontrol import AttemptEnded, Ending
@@ -277,9 +277,9 @@ def test_mlflow_without_a_uri_anywhere_is_refused_before_it_writes_mlflow_db_her
     assert not list(workdir.iterdir()) and not (tmp_path / "runs" / "linear" / "lease.json").exists()
     cfg = load_config("linear", ["run.tracking.mlflow={}"])
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
-    tracking.check_destinations(cfg)
+    preflight.check_tracking_destination(cfg)
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    tracking.check_destinations(load_config("linear", ["run.tracking.mlflow.uri=http://m:5000"]))
+    preflight.check_tracking_destination(load_config("linear", ["run.tracking.mlflow.uri=http://m:5000"]))
 
 
 @pytest.mark.parametrize("made, fragments", [

@@ -163,7 +163,7 @@ class Attempt:
     def run(self, trainer: Trainer) -> Outcome:
         started = time.time()
         tracking.check_installed(tracking.configured(self.cfg))
-        tracking.check_destinations(self.cfg)
+        preflight.check_tracking_destination(self.cfg)
         control = preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
                                        on_lost=self._on_lost)
         records = runrecords.Records(self.run_dir, control)

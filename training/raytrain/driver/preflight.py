@@ -5,6 +5,7 @@ decide how the user's code reaches the workers.
 
 from __future__ import annotations
 
+import os
 import re
 import traceback
 import warnings
@@ -13,7 +14,7 @@ from typing import Callable, Optional
 
 from raytrain.checkpoint import checkpoints, resume
 from raytrain.data import DataUnavailable, data_context
-from raytrain.errors import ConfigError, LaunchError
+from raytrain.errors import ConfigError, LaunchError, UsageError
 from raytrain.rundir import console, runrecords
 from raytrain.rundir import storage
 from raytrain.rundir.runcontrol import RunControl
@@ -145,6 +146,20 @@ def check_model_fits_data(cfg: RunConfig) -> None:
         fix = ("make the model section fit the data (its input size or channels)" if stage == "model" else
                "make the model's output fit the targets (out_features, num_classes), or choose a loss for them")
         raise ConfigError(f"{cfg.source}: {what} {shapes}: {err.__class__.__name__}: {message}. Fix: {fix}.") from None
+
+
+def check_tracking_destination(cfg: RunConfig) -> None:
+    """MLflow with no URI (run.tracking.mlflow.uri, MLFLOW_TRACKING_URI) would write ./mlflow.db wherever the driver
+    runs: lost with a pod, another per attempt. Refused with the fix (an object-store run directory cannot hold
+    MLflow's SQLite file, and a user who names MLflow expects their own store)."""
+    mlflow = cfg.run.tracking.mlflow if cfg.run.tracking is not None else None
+    if mlflow is None or mlflow.uri or os.environ.get("MLFLOW_TRACKING_URI"):
+        return
+    raise UsageError(f"run.tracking.mlflow has no uri and MLFLOW_TRACKING_URI is not set, so MLflow would write "
+                     f"./mlflow.db in the directory the driver runs in ({os.getcwd()}), where a pod's copy is lost "
+                     f"and the next attempt starts another. Fix: set run.tracking.mlflow.uri to your tracking server "
+                     f"(e.g. http://mlflow.mlflow:5000) or a store of your choosing (e.g. sqlite:////abs/path/"
+                     f"mlflow.db), or set MLFLOW_TRACKING_URI in the environment of the process that trains.")
 
 
 def check_local_gpu(cfg: RunConfig) -> None:

@@ -72,23 +72,6 @@ def check_installed(names: list[str]) -> None:
                              f"or remove run.tracking.{name} from the config.")
 
 
-def check_destinations(cfg: RunConfig) -> None:
-    """Before anything starts: a tracker run config names has somewhere lasting to go. MLflow without a URI (neither
-    run.tracking.mlflow.uri nor MLFLOW_TRACKING_URI) would write its own default, ./mlflow.db, into whatever
-    directory the driver happens to run in: a RayJob pod's, gone with it, and another for the next attempt, so the
-    run's history would be lost or split without a word. Refused, with the fix (not defaulted into the run
-    directory: an object-store run directory cannot hold MLflow's SQLite file, and a user who named MLflow expects
-    their own store)."""
-    tracking = cfg.run.tracking
-    if tracking is None or tracking.mlflow is None or tracking.mlflow.uri or os.environ.get("MLFLOW_TRACKING_URI"):
-        return
-    raise UsageError(f"run.tracking.mlflow has no uri and MLFLOW_TRACKING_URI is not set, so MLflow would write "
-                     f"./mlflow.db in the directory the driver runs in ({os.getcwd()}), where a pod's copy is lost "
-                     f"and the next attempt starts another. Fix: set run.tracking.mlflow.uri to your tracking server "
-                     f"(e.g. http://mlflow.mlflow:5000) or to a store of your choosing (e.g. sqlite:////abs/path/"
-                     f"mlflow.db), or set MLFLOW_TRACKING_URI in the environment of the process that trains.")
-
-
 # ----------------------------------------------------------------------------------------------------------
 # what is sent
 
