@@ -225,7 +225,7 @@ def test_a_directory_over_the_bound_is_one_paragraph_naming_it_and_the_fix(tmp_p
 
 
 def test_a_directory_of_too_many_files_is_refused_without_walking_it_all(tmp_path, monkeypatch):
-    cfg = _project(tmp_path, monkeypatch, "usermodels_many")
+    _project(tmp_path, monkeypatch, "usermodels_many")
     for i in range(30):
         (tmp_path / f"f{i}.txt").write_text("x")
     with pytest.raises(ConfigError, match=r"more than 512 MiB or 20 files \(0 MiB in 21 files"):

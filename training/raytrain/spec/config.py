@@ -27,7 +27,8 @@ from raytrain.spec import components, loops, yamlfile
 from raytrain.spec.components import COMPONENT_KEY, Component
 from raytrain.spec.run_options import Override, Setting, override_origin
 from raytrain.spec.sections import (
-    MAX_BATCH, CLASSIFICATION_LOSSES, CREDENTIAL_KEYS, CREDENTIAL_VARIABLES, DEFAULT_LOOP, DataSection, INCLUDE_KEY, RunConfig, RunSection, SCHEDULER_INTERVALS, SECTIONS, SMOKE_KEY, ScalingSection, TRACKERS, TRACKER_CLASSES, TrackingSection, TrainSection)
+    CLASSIFICATION_LOSSES, CREDENTIAL_KEYS, CREDENTIAL_VARIABLES, DEFAULT_LOOP, DataSection, INCLUDE_KEY, RunConfig, RunSection, SCHEDULER_INTERVALS, SECTIONS, SMOKE_KEY, ScalingSection, TRACKERS, TRACKER_CLASSES, TrackingSection, TrainSection)
+from raytrain.spec.sections import MAX_BATCH
 
 PRESETS_DIR = Path(__file__).resolve().parents[1] / "configs"  # raytrain/configs
 
