@@ -213,6 +213,7 @@ NEW_KEYS = {
                             [3], [1, 2, 3]],
     "scaling.elastic_resize_monitor_interval_s": [1, 86400, 86401, 1e300],
     "scaling.strategy": ["ddp", "fsdp", "zero3"],
+    "data.num_samples": [200, 10**6, 10**12, 10**40],
     "scaling.fsdp_wrap": [[], ["Linear"], ["torch.nn.Linear"], ["NoSuchBlock"], ["os.system"], "Linear", [1]],
 }
 

@@ -221,6 +221,23 @@ SILENTLY_WRONG = [
 ]
 
 
+@pytest.mark.parametrize("preset, overrides, key", [
+    ("linear", ["data.num_samples=1000000000000"], "data.num_samples"),
+    ("gpt", ["data.generated_bytes=100000000000000"], "data.generated_bytes"),
+    ("cifar10-vit", ["data.synthetic=true", "data.synthetic_train=10000000000"], "data.synthetic_train"),
+    ("text-rnn", ["data.synthetic=true", "data.synthetic_train=100000000000"], "data.synthetic_train"),
+])
+def test_a_generated_data_set_larger_than_the_machines_memory_is_refused_naming_the_key(tmp_path, preset, overrides,
+                                                                                           key):
+    """Issue 40, item 8: a generated set is built whole in memory (in the driver before Ray, then in every worker);
+    one beyond the machine's memory took it down. Refused at load, naming the key and the most it can hold."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(preset, [*overrides, f"run.storage_path={tmp_path}"])
+    message = str(caught.value)
+    assert f"{key}: " in message and "more than half of this machine's" in message
+    assert "Fix: generate at most" in message
+
+
 def test_the_largest_values_a_run_can_use_load():
     """The bounds refuse only what no run can use: the largest seed torch takes with raytrain's offsets, and an
     elastic range whose counts all split the batch."""
