@@ -232,3 +232,77 @@ def test_the_unmutated_objects_of_other_crds_pass_with_a_note_each(capsys):
     out = capsys.readouterr()
     said = out.out + out.err
     assert said.count("is not checked: no schema") == 2 and "Gateway/ray-cluster-gateway" in said, said
+
+
+# The keys the last waves added (issue 40): each with values a user could type that are valid, wrong, or hostile.
+NEW_KEYS = {
+    "train.optimizer": ["adam", "sgd", "lion", {"_component_": "torch.optim.SGD", "lr": 0.1, "momentum": 0.9},
+                        {"_component_": "torch.optim.AdamW", "betas": [0.9, 0.95, 0.99]},
+                        {"_component_": "torch.optim.SGD", "lr": -1}, {"_component_": "os.system"},
+                        {"_component_": "torch.optim.NoSuchOptimizer"}, {"_component_": "torch.optim.SGD", "nope": 1}],
+    "train.scheduler": [{"_component_": "torch.optim.lr_scheduler.StepLR", "step_size": 2},
+                        {"_component_": "torch.optim.lr_scheduler.StepLR", "step_size": 2, "interval": "step"},
+                        {"_component_": "torch.optim.lr_scheduler.StepLR", "step_size": 2, "interval": "hourly"},
+                        {"_component_": "torch.optim.lr_scheduler.StepLR"}, {"_component_": "json.loads"},
+                        {"interval": "epoch"}, "cosine"],
+    "train.grad_accum_steps": [1, 2, 3, 7, 24, 25, 2**31, 10**40],
+    "train.batch_size": [24, 12, 2**31 - 1, 2**31, 10**30],
+    "train.seed": [0, 2**63 - 1, 2**63, 2**64, 18446744073709551616],
+    "train.epochs": [1, 10**7, 10**7 + 1, 10**30],
+    "train.torch_threads": [0, 1024, 1025, 10**6],
+    "run.checkpointer": ["auto", "file", "sharded", "zip"],
+    "run.checkpoint_every_steps": [0, 5, 2**63, 10**30],
+    "run.tracking": [{"mlflow": {"uri": "http://m:5000"}}, {"mlflow": {}}, {"wandb": {"project": "p"}},
+                     {"wandb": {}}, {"mlflow": {"uri": "http://u:secret@m:5000"}}, {"mlflow": {"token": "t"}},
+                     {"sync_every_s": 0}, {"sync_every_s": 10**9}, {"mlflow": {"uri": ""}}, {"neptune": {}}],
+    "run.storage_path": ["s3://bucket/runs", "gs://bucket/runs", "s3://Bucket/runs", "s3://ab/runs", "s3:/b/runs",
+                         "s3://bucket/../runs", "s3://bucket//runs", "hdfs://n/runs", "s3://", "gs://b/r\x00uns",
+                         "s3://" + "b" * 64 + "/runs"],
+    "scaling.num_workers": [1, 3, [1, 3], [2, 4], [4, 2], [1, 10**9], [1, 100000], [50000, 100000], [0, 3], 10**9,
+                            [3], [1, 2, 3]],
+    "scaling.elastic_resize_monitor_interval_s": [1, 86400, 86401, 1e300],
+    "scaling.strategy": ["ddp", "fsdp", "zero3"],
+    "data.num_samples": [200, 10**6, 10**12, 10**40],
+    "scaling.fsdp_wrap": [[], ["Linear"], ["torch.nn.Linear"], ["NoSuchBlock"], ["os.system"], "Linear", [1]],
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_new_keys_answer_every_mutation_in_bounded_time_and_memory(tmp_path, seed):
+    """Optimizer and scheduler components, accumulation, the checkpointer, tracking, storage URLs, elastic worker
+    counts and FSDP's wrap, mutated together: each config loads (and its model's FSDP units are checked, as a start
+    does before Ray) or is refused in one paragraph that names a key; never a traceback, a hang or a machine's worth
+    of memory (an elastic range of a billion counts once took 23 GB)."""
+    import re
+    import tracemalloc
+
+    from raytrain.driver import preflight
+
+    rng = random.Random(seed)
+    names = list(NEW_KEYS)
+    key_named = re.compile(r"\b(model|data|loop|train|scaling|run)\.[a-z_]+")
+    # torch and the components imported first: what is traced below is each check's own memory
+    preflight.check_model_builds(load_config("linear", [f"run.storage_path={tmp_path}", "scaling.strategy=fsdp"]))
+    tracemalloc.start()
+    try:
+        for case in range(30):
+            chosen = rng.sample(names, rng.randint(1, 4))
+            sets = [f"{key}={yaml.safe_dump(rng.choice(NEW_KEYS[key]), default_flow_style=True)}"
+                    .replace("\n...", "").strip() for key in chosen]
+            what = f"seed {seed} case {case}: --set {sets}"
+            tracemalloc.reset_peak()
+            with deadline(CASE_LIMIT_S, what):
+                try:
+                    cfg = load_config("linear", [f"run.storage_path={tmp_path}", *sets])
+                    preflight.check_tracking_destination(cfg)
+                    preflight.check_model_builds(cfg)
+                except RaytrainError as err:
+                    message = str(err)
+                    assert "Fix" in message and "\n" not in message.strip(), f"{what}: {message}"
+                    assert key_named.search(message) or "MLFLOW_TRACKING_URI" in message, f"{what}: {message}"
+                    assert not re.search(r"\w\[", message.split(" is not allowed")[0].split(": ", 1)[-1]), \
+                        f"{what}: a pydantic type where the key belongs: {message}"
+            peak = tracemalloc.get_traced_memory()[1]
+            assert peak < 200 * 2**20, f"{what}: {peak / 2**20:.0f} MiB"
+    finally:
+        tracemalloc.stop()

@@ -38,6 +38,12 @@ ENVIRONMENT_USES = {
     ("worker/telemetry.py", "report_interval_s"): "Ray's metrics report interval, on a Ray worker",
     # Where the user cache lives (the XDG convention, as Path.home() reads HOME); cli.py passes nothing else.
     ("validator/crds.py", "cache_dir"): "XDG_CACHE_HOME and HOME: the KubeRay CRDs' user cache",
+    # Ray's and MLflow's own variables, read as they read them (raytrain sets nothing from them).
+    ("driver/preflight.py", "check_tracking_destination"): "MLFLOW_TRACKING_URI: MLflow's client reads it where the "
+                                                           "tracker runs; with no run.tracking.mlflow.uri either, "
+                                                           "the run is refused",
+    ("driver/preflight.py", "_is_ray_temp"): "RAY_TMPDIR: where Ray keeps its temporary directory, left out of the "
+                                             "code a driver ships",
 }
 ENVIRONMENT_NAMES = ("environ", "getenv", "putenv", "unsetenv")
 

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-from raytrain.checkpoint import checkpoints, export
+from raytrain.checkpoint import checkpoints, export, resume
 from raytrain.checkpoint.checkpoints import Position
 from raytrain.checkpoint.sharded import SHARDS_DIR, CheckpointWriteFailed, ShardedCheckpointer
 from raytrain.lifecycle.endings import AttemptEnded, Ending
@@ -146,6 +146,28 @@ def test_a_shard_damaged_in_place_is_caught_by_the_hash_it_was_written_with(tmp_
     assert len(warnings) == 1 and newest.name in warnings[0] and "does not match the hash" in warnings[0]
 
 
+@pytest.mark.parametrize("damage, why", [
+    (lambda path: (path / SHARDS_DIR / "__0_0.distcp").unlink(), "shards/__0_0.distcp is missing"),
+    (lambda path: (path / checkpoints.META_FILE).write_bytes(b"\xff\xfe not json"), "meta.json missing or invalid"),
+])
+def test_the_drivers_resume_check_names_a_damaged_sharded_checkpoint_without_advising_sharded(tmp_path, damage,
+                                                                                              why):
+    """Issue 40, item 14: the resume check read a damaged sharded checkpoint with the single-file loader, whose
+    refusal advised `run.checkpointer: sharded`, which the run already had."""
+    model, optimizer = trained()
+    saver = ShardedCheckpointer(tmp_path, keep=5)
+    save(saver, model, optimizer, 1)
+    save(saver, model, optimizer, 2)
+    newest = saver.wait()
+    damage(newest)
+    warnings = []
+    plan = resume.plan(tmp_path, {"train": {"epochs": 9}}, warnings.append, resume.ResumeRules(),
+                       checkpoints.FileCheckpointer(tmp_path, keep=5))
+    assert plan.epoch == 1
+    assert len(warnings) == 1 and newest.name in warnings[0] and why in warnings[0], warnings
+    assert "run.checkpointer" not in warnings[0] and "single-file" not in warnings[0], warnings
+
+
 def test_a_torn_write_is_never_loaded_and_the_next_holder_removes_it(tmp_path):
     """What a kill -9 mid-write leaves: shards in a staging directory, no manifest, never renamed."""
     model, optimizer = trained()
@@ -205,6 +227,9 @@ def test_a_full_disk_commits_nothing_keeps_what_was_saved_and_names_the_cause(tm
         with pytest.raises(CheckpointWriteFailed) as failed:
             saver.wait()
         assert "could not be written" in str(failed.value) and "nothing of it was committed" in str(failed.value)
+        # issue 40, item 14: the place and the fix, not torch's "[enforce fail at inline_container.cc] unexpected pos"
+        assert str(failed.value).startswith(f"the disk is full at {disk} ("), str(failed.value)
+        assert "unexpected pos" not in str(failed.value) and "Fix: free space there" in str(failed.value)
         assert [p.name for p in disk.iterdir()] == [first.name]  # no staging directory left, the first one kept
 
 

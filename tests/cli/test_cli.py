@@ -62,6 +62,25 @@ def test_local_linear_trains_and_writes_the_run_files(raytrain, tmp_path):
     assert (tmp_path / "loc" / "config.yaml").is_file()
 
 
+def test_a_diverged_run_fails_in_one_line_and_its_exit_status_agrees_with_its_result(raytrain, tmp_path):
+    """A NaN loss (issue 40, item 7): the run is `failed` with the reason, exit 1 as result.json says, no traceback;
+    no checkpoint of NaN weights is written, and the same run resumes with a lower learning rate."""
+    done = raytrain("local", "linear", "--storage", str(tmp_path), "--name", "nan", "--set", "train.lr=1e30",
+                    "--set", "train.epochs=2")
+    result = json.loads((tmp_path / "nan" / "result.json").read_text())
+    assert done.returncode == 1 and result["status"] == "failed", done.output
+    assert "Traceback" not in done.output
+    diverged = [line for line in done.output.splitlines() if "diverged at" in line]
+    assert len(diverged) == 1 and "training diverged at epoch 1: train_loss" in diverged[0], done.output
+    assert "lower train.lr (it is 1e+30)" in diverged[0] and result["error"] in diverged[0]
+    assert not list((tmp_path / "nan").glob("checkpoint_*"))
+    again = raytrain("local", "linear", "--storage", str(tmp_path), "--name", "nan", "--set", "train.epochs=2")
+    result = json.loads((tmp_path / "nan" / "result.json").read_text())
+    assert again.returncode == 0 and result["status"] == "succeeded", again.output
+    assert [row["epoch"] for row in map(json.loads, (tmp_path / "nan" / "metrics.jsonl").read_text().splitlines())
+            ] == [1, 2]
+
+
 # A Python without the [kube] extra, in a fresh process (this one has imported the extra's modules already): a
 # finder in front of the others refuses its modules, as an environment that never installed them would (the extra's
 # packages are installed here, so they are hidden, not removed).

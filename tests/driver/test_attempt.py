@@ -66,6 +66,7 @@ def test_a_full_disk_ends_in_one_paragraph_and_releases_the_lease(tmp_path):
             train_local(linear(disk, "train.epochs=3", "model.hidden=512", "model.layers=2"), out=io.StringIO())
         message = str(failed.value)
         assert "No space left on device" in message and "\n" not in message, message
+        assert message.startswith(f"the disk is full at {disk} ("), message  # issue 40, item 14
         holder = leases.current_holder(disk / "r")
         assert holder is not None and holder.released  # the next start need not wait out the TTL
 

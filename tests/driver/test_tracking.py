@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.driver import tracking
+from raytrain.driver import preflight, tracking
 from raytrain.errors import UsageError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.rundir import layout, runrecords
@@ -261,6 +261,25 @@ def test_a_run_whose_tracker_client_is_missing_is_refused_before_it_starts(raytr
     done = raytrain("local", "linear", "--storage", str(tmp_path), "--set", "run.tracking.mlflow.uri=http://m:5000")
     assert done.returncode == 2 and "Fix: pip install mlflow-skinny" in done.stderr, done
     assert not (tmp_path / "linear" / "lease.json").exists() and not (tmp_path / "linear" / "config.yaml").exists()
+
+
+def test_mlflow_without_a_uri_anywhere_is_refused_before_it_writes_mlflow_db_here(raytrain, tmp_path, monkeypatch):
+    """Issue 40, item 14: `run.tracking: {mlflow: {}}` with no URI silently wrote ./mlflow.db wherever the driver
+    ran. Refused with the fix before the run starts; with MLFLOW_TRACKING_URI set, the same config is fine."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    done = raytrain("local", "linear", "--storage", str(tmp_path / "runs"), "--set", "run.tracking.mlflow={}",
+                    "--set", "train.epochs=1", cwd=workdir)
+    assert done.returncode == 2, done
+    assert "run.tracking.mlflow has no uri and MLFLOW_TRACKING_URI is not set" in done.stderr
+    assert "Fix: set run.tracking.mlflow.uri" in done.stderr and "Traceback" not in done.output
+    assert not list(workdir.iterdir()) and not (tmp_path / "runs" / "linear" / "lease.json").exists()
+    cfg = load_config("linear", ["run.tracking.mlflow={}"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    preflight.check_tracking_destination(cfg)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    preflight.check_tracking_destination(load_config("linear", ["run.tracking.mlflow.uri=http://m:5000"]))
 
 
 @pytest.mark.parametrize("made, fragments", [

@@ -17,7 +17,7 @@ import pytest
 from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import FileCheckpointer, Position
 from raytrain.lifecycle.endings import AttemptEnded, Ending
-from raytrain.rundir import layout, runrecords, storage
+from raytrain.rundir import layout, runrecords, storage, storagecheck
 from raytrain.rundir import lease as leases
 from raytrain.rundir.lease import Lease, LeaseHeld, LeaseLost
 from raytrain.rundir.runcontrol import RunControl, WorkerControl
@@ -58,7 +58,7 @@ def test_a_mistyped_url_is_refused_naming_it_and_the_fix(url, problem):
     found = storage.url_problem(url)
     assert found is not None and problem in found[0], found
     with pytest.raises(StorageError) as refused:
-        storage.check_storage(url, "r")
+        storagecheck.check_storage(url, "r")
     assert url in str(refused.value) or repr(url) in str(refused.value)
     assert "Fix:" in str(refused.value)
 
@@ -81,19 +81,31 @@ def test_the_config_refuses_a_bad_url_at_load_with_the_field():
 
 def test_a_missing_bucket_and_an_unreachable_endpoint_are_one_paragraph_each(s3_server, monkeypatch):
     with pytest.raises(StorageError, match=r"its bucket does not exist.*Fix: create the bucket"):
-        storage.check_storage("s3://no-such-bucket-here/runs", "r")
+        storagecheck.check_storage("s3://no-such-bucket-here/runs", "r")
     # a new filesystem object for a closed port (fsspec caches one per set of arguments)
     import s3fs
 
     closed = s3fs.S3FileSystem(endpoint_url="http://127.0.0.1:9", skip_instance_cache=True, retries=1,
                                config_kwargs={"connect_timeout": 1, "retries": {"max_attempts": 1}})
-    monkeypatch.setattr(storage, "_fs", lambda path: closed)
+    monkeypatch.setattr(storage, "filesystem", lambda path: closed)
     with pytest.raises(StorageError, match=r"cannot be reached.*AWS_ENDPOINT_URL"):
-        storage.check_storage("s3://some-bucket/runs", "r")
+        storagecheck.check_storage("s3://some-bucket/runs", "r")
+
+
+@pytest.mark.parametrize("command", ["local", "run"])
+def test_a_missing_bucket_ends_the_command_in_one_paragraph(s3_server, capsys, command):
+    """The driver log's upload at the end does not meet the missing bucket a second time (issue 40, item 6)."""
+    from tests.support.cli import exit_status
+
+    code = exit_status([command, "linear", "--storage", "s3://no-such-bucket-h40/runs", "--set", "train.epochs=1"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.count("raytrain:") == 1 and "its bucket does not exist" in captured.err, captured.err
+    assert "driver log" not in captured.err + captured.out
 
 
 def test_check_storage_probes_for_real_and_leaves_nothing(s3_server, s3_prefix):
-    storage.check_storage(s3_prefix, "run")
+    storagecheck.check_storage(s3_prefix, "run")
     bucket = s3_prefix.split("/")[2]
     assert s3_server.keys(bucket) == []
 
@@ -170,6 +182,56 @@ def test_appends_from_two_writers_lose_nothing(s3_prefix):
         t.join()
     rows = runrecords.read_events(where)
     assert sorted((r["who"], r["i"]) for r in rows) == sorted((w, i) for w in ("driver", "rank0") for i in range(15))
+
+
+def test_a_reader_racing_an_appender_reads_every_time(s3_prefix):
+    """The driver's progress thread reads metrics.jsonl while rank 0 replaces it with each append (issue 40, item
+    5): s3fs's ranged reads of an object replaced meanwhile raise FileExpired; a reader sees an old or a new object,
+    never an error, and never fewer rows than it saw before."""
+    where = run_dir(s3_prefix)
+    records = runrecords.Records(where)
+    records.append_metrics({"epoch": 1, "loss": 1.0})
+    done = threading.Event()
+
+    def write() -> None:
+        for epoch in range(2, 80):
+            records.append_metrics({"epoch": epoch, "loss": 1.0 / epoch})
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    seen, reads = 1, 0
+    try:
+        while not done.is_set():
+            rows = runrecords.read_metrics(where)
+            assert len(rows) >= seen
+            seen, reads = len(rows), reads + 1
+    finally:
+        done.set()
+        writer.join()
+    assert reads > 10 and [r["epoch"] for r in runrecords.read_metrics(where)] == list(range(1, 80))
+
+
+def test_the_progress_thread_says_what_it_cannot_read_in_one_line_and_goes_on(tmp_path, capsys):
+    """Nothing a background thread meets reaches the user as a traceback: an unreadable metrics file is one
+    warning, once, and the thread keeps printing the epochs it can read."""
+    from raytrain.driver.raytrainer import Progress
+
+    run = tmp_path / "run"
+    run.mkdir()
+    progress = Progress(run, epochs=2, out=sys.stdout)
+    (run / layout.METRICS_FILE).mkdir()  # a directory where the file should be: every read fails
+    progress.start()
+    time.sleep(1.2)
+    (run / layout.METRICS_FILE).rmdir()
+    runrecords.Records(run).append_metrics({"epoch": 1, "loss": 0.5, "epoch_s": 1.0})
+    time.sleep(1.2)
+    progress.stop()
+    assert not progress.is_alive()
+    captured = capsys.readouterr()
+    both = captured.out + captured.err
+    assert "Traceback" not in both and both.count("cannot read the run's progress") == 1, both
+    assert "epoch 1" in both or "epoch   1" in both or "1/2" in both, both
 
 
 def test_records_and_truncation_on_resume(s3_prefix):

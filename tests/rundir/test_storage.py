@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.rundir.storage import StorageError, check_storage
+from raytrain.rundir.storage import StorageError
+from raytrain.rundir.storagecheck import check_storage
 from tests.support.cli import Done, in_forked_child
 
 NOBODY = 65534
@@ -29,7 +30,11 @@ def raytrain_run_as_nobody(*args: str) -> Done:
     needs no second interpreter to import Ray first)."""
     # What `raytrain run` imports before its storage check is imported before the fork, as root: the interpreter
     # and the package live under /root here, out of uid 65534's reach.
-    import raytrain.driver.attempt, raytrain.spec.config, raytrain.driver.raytrainer, raytrain.checkpoint.resume, raytrain.rundir.storage  # noqa: F401
+    import raytrain.checkpoint.resume
+    import raytrain.driver.attempt  # noqa: F401
+    import raytrain.driver.raytrainer
+    import raytrain.rundir.storage
+    import raytrain.spec.config
     raytrain.spec.config.load_config("linear")  # and what loading the config needs (its components, pydantic's plugins)
     return in_forked_child(["run", "linear", *args], before=_become_nobody)
 

@@ -99,7 +99,8 @@ BAD = [
     (None, ["scaling.num_workers=[0, 2]"], ["scaling.num_workers", "1 <= min"]),
     (None, ["scaling.num_workers=[true, 2]"], ["scaling.num_workers"]),
     (None, ["scaling.num_workers=[1.5, 2]"], ["scaling.num_workers"]),
-    (None, ["scaling.num_workers=two"], ["scaling.num_workers", "'two' is not allowed", "a worker count of 1 or more"]),
+    (None, ["scaling.num_workers=two"], ["scaling.num_workers", "'two' is not allowed",
+                                         "a worker count from 1 to 100,000"]),
     (None, ["scaling.num_workers=[2, 4]", "train.batch_size=8"],
      ["train.batch_size", "does not split evenly over 3 workers", "any of 2..4", "use 12"]),
     (None, ["scaling.num_workers=[2, 3]", "train.batch_size=12", "train.grad_accum_steps=4"],
@@ -201,7 +202,48 @@ SILENTLY_WRONG = [
     (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {train.epochs: 0}"), [], ["smoke block", "train.epochs"]),
     (GOOD.replace("smoke: {train.epochs: 1}", "smoke: {scaling.num_workers: 3}"), [], ["smoke block",
                                                                                        "does not split evenly"]),
+    # values no run can use, which reached torch or Ray as an overflow or took the machine down (issue 40, item 8)
+    (None, ["train.seed=18446744073709551616"], ["train.seed: 18446744073709551616 is not allowed",
+                                                 "at most 9,223,372,036,854,775,807", "torch.manual_seed"]),
+    (None, ["scaling.num_workers=[1, 1000000000]"], ["scaling.num_workers: [1, 1000000000]", "from 1 to 100,000"]),
+    (None, ["scaling.num_workers=1000000000", "train.batch_size=1000000000"], ["scaling.num_workers", "100,000"]),
+    (None, ["scaling.num_workers=[1, 100000]"], ["scaling.num_workers: [1, 100000]: no global batch splits evenly",
+                                                 "narrow the range (e.g. [1, 3]", "multiple of 6"]),
+    (None, ["scaling.num_workers=[50000, 100000]", "train.batch_size=2000000000"],
+     ["from 50000 to 100000", "choose a fixed count"]),
+    (None, ["train.epochs=100000000000"], ["train.epochs", "at most 10,000,000"]),
+    (None, ["train.batch_size=99999999999"], ["train.batch_size", "at most 2,147,483,647"]),
+    (None, ["train.torch_threads=1000000"], ["train.torch_threads", "at most 1,024"]),
+    (None, ["run.checkpoint_every_steps=" + "9" * 30], ["run.checkpoint_every_steps", "64-bit"]),
+    (None, ["run.log_every_steps=" + "9" * 30], ["run.log_every_steps", "64-bit"]),
+    (None, ["train.max_steps_per_epoch=" + "9" * 30], ["train.max_steps_per_epoch", "64-bit"]),
+    (None, ["scaling.elastic_resize_monitor_interval_s=1e300"], ["elastic_resize_monitor_interval_s", "86400"]),
 ]
+
+
+@pytest.mark.parametrize("preset, overrides, key", [
+    ("linear", ["data.num_samples=1000000000000"], "data.num_samples"),
+    ("gpt", ["data.generated_bytes=100000000000000"], "data.generated_bytes"),
+    ("cifar10-vit", ["data.synthetic=true", "data.synthetic_train=10000000000"], "data.synthetic_train"),
+    ("text-rnn", ["data.synthetic=true", "data.synthetic_train=100000000000"], "data.synthetic_train"),
+])
+def test_a_generated_data_set_larger_than_the_machines_memory_is_refused_naming_the_key(tmp_path, preset, overrides,
+                                                                                           key):
+    """Issue 40, item 8: a generated set is built whole in memory (in the driver before Ray, then in every worker);
+    one beyond the machine's memory took it down. Refused at load, naming the key and the most it can hold."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(preset, [*overrides, f"run.storage_path={tmp_path}"])
+    message = str(caught.value)
+    assert f"{key}: " in message and "more than half of this machine's" in message
+    assert "Fix: generate at most" in message
+
+
+def test_the_largest_values_a_run_can_use_load():
+    """The bounds refuse only what no run can use: the largest seed torch takes with raytrain's offsets, and an
+    elastic range whose counts all split the batch."""
+    cfg = load_config("linear", ["train.seed=9223372036854775807", "scaling.num_workers=[1, 4]",
+                                 "train.batch_size=2147483640", "train.epochs=10000000", "train.torch_threads=1024"])
+    assert cfg.train.seed == 2**63 - 1 and cfg.scaling.num_workers == [1, 4]
 
 
 @pytest.mark.parametrize("text, overrides, fragments", SILENTLY_WRONG)

@@ -79,6 +79,19 @@ def no_args():
     ray.train.report({"loss": 1.0})
     ray.train.report({"loss": 0.5})
 
+def fails_at_two(config):
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = int(open(os.path.join(d, "at.txt")).read()) + 1
+    for epoch in range(start, 4):
+        if epoch == 2:
+            raise RuntimeError("fails at epoch 2")
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "at.txt"), "w").write(str(epoch))
+            report({"epoch": epoch, "loss": 1.0}, checkpoint=Checkpoint.from_directory(tmp))
+
 def named_cfg(cfg):
     pass
 
@@ -389,3 +402,19 @@ def test_a_checkpoint_deleted_before_its_report_or_at_a_negative_epoch_is_refuse
         run_function(project, name="negative_epoch", storage_path=storage_path)
     assert not checkpoints.committed(run_dir) and not checkpoints.staging_dirs(run_dir)
     assert not [name for name in storage.listdir(run_dir) if "checkpoint" in name]
+
+
+def test_a_group_whose_function_fails_before_its_first_report_is_counted_as_a_restart(project):
+    """Issue 40, item 14: a function that raises at epoch 2 with max_failures: 1 ended "failed after 0 worker-group
+    restart(s)": the restarted group resumed at epoch 2 and raised before reporting, so it never recorded its start.
+    Each group here is what Ray Train starts (the same attempt, the run directory kept)."""
+    from raytrain.driver.raytrainer import group_restarts
+
+    for _ in range(2):  # the first group, then Ray Train's restart of it
+        with pytest.raises(RuntimeError, match="fails at epoch 2"):
+            run_function(project, name="fails_at_two")
+    run_dir = runrecords.run_dir_of(str(project / "runs"), "r")
+    starts = [e for e in runrecords.read_events(run_dir) if e["event"] == "start"]
+    assert [e["resumed_from_epoch"] for e in starts] == [None, 1]
+    assert group_restarts(run_dir, starts[0]["attempt"]) == 1
+    assert group_restarts(run_dir, 999) == 0  # another attempt's groups are not this one's restarts

@@ -147,7 +147,8 @@ def write_checkpoint(directory: Path, state: dict, *, config: dict, attempt: Opt
             os.fsync(handle.fileno())
         except Exception:
             if writer.error is not None:  # a full or read-only disk: say that, not torch's "unexpected pos"
-                raise writer.error from None
+                error = writer.error  # a failed write() names no file: the driver's message names where
+                raise OSError(error.errno, error.strerror, str(directory / STATE_FILE)) from None
             raise
     meta = {"format": FORMAT, "epoch": int(state["epoch"]), "step": int(state.get("step") or 0),
             "sha256": writer.digest.hexdigest(), "size": writer.size, "config": config, "attempt": attempt}

@@ -127,6 +127,10 @@ def _stored(path: Path) -> tuple[dict, checkpoints.Position, Optional[str]]:
             return {}, checkpoints.Position(-1), str(err)
         if isinstance(meta.get("config"), dict):
             return meta["config"], checkpoints.Position(int(meta["epoch"]), int(meta.get("step") or 0)), None
+    if (path / checkpoints.SHARDS_DIR).is_dir():
+        # A sharded checkpoint whose manifest is damaged or whose shards are not all there: its state is in shards
+        # that only the workers load, so there is nothing the single-file loader could read (nor advise).
+        return {}, checkpoints.Position(-1), why or "its manifest does not list its shards"
     try:
         loaded = checkpoints.load(path)
     except checkpoints.CheckpointUnreadable as err:

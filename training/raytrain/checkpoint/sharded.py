@@ -78,6 +78,7 @@ class _InFlight:
     thread: Optional[threading.Thread] = None
     committed: Optional[Path] = None
     error: Optional[BaseException] = None
+    disk_full: Optional[str] = None  # storage.disk_full's words, measured before the staging directory went
 
 
 class ShardedCheckpointer:
@@ -150,8 +151,7 @@ class ShardedCheckpointer:
         if previous is not None and previous.error is not None:
             if isinstance(previous.error, AttemptEnded) and previous.error.ending is Ending.LEASE_LOST:
                 return "lost", previous.error.reason
-            return "failed", (f"checkpoint {previous.name} could not be written: {_describe(previous.error)} "
-                              f"(nothing of it was committed)")
+            return "failed", _failed(previous)
         try:
             self.control.check()  # a worker of an attempt that lost the run does not even write
         except AttemptEnded as ended:
@@ -183,6 +183,7 @@ class ShardedCheckpointer:
                                                             digests=digests))
         except BaseException as err:  # noqa: B036 - handed to the main thread
             in_flight.error = err
+            in_flight.disk_full = storage.disk_full(err, staging)
             if self.rank == 0:
                 shutil.rmtree(staging, ignore_errors=True)
                 if self.files.remote:  # the shards uploaded so far: never committed
@@ -302,8 +303,18 @@ def _raise(in_flight: _InFlight) -> None:
     err = in_flight.error
     if isinstance(err, AttemptEnded):
         raise err
-    raise CheckpointWriteFailed(f"checkpoint {in_flight.name} could not be written: {_describe(err)} (nothing of it "
-                                f"was committed)") from err
+    raise CheckpointWriteFailed(_failed(in_flight)) from err
+
+
+def _failed(in_flight: _InFlight) -> str:
+    """Why a checkpoint was not written, one paragraph: a full disk by its place and the fix (not torch's short
+    write, "unexpected pos", which names no cause), anything else as it was raised."""
+    if in_flight.disk_full:
+        return (f"{in_flight.disk_full}: checkpoint {in_flight.name} could not be written (nothing of it was "
+                f"committed). Fix: free space there, or make it larger, or lower run.keep_checkpoints; then run the "
+                f"same command again to resume from the checkpoints kept")
+    return (f"checkpoint {in_flight.name} could not be written: {_describe(in_flight.error)} (nothing of it was "
+            f"committed)")
 
 
 def _serialized(state: dict) -> bytes:

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 from raytrain import __version__
 from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError, UsageError
-from raytrain.rundir import console, storage
+from raytrain.rundir import console, storage, storagecheck
 from raytrain.spec.run_options import add_address_option, add_config_options, add_lease_option, config_overrides
 
 EXIT_OK = 0
@@ -67,10 +67,11 @@ def _report(outcome) -> int:
     result = outcome.result
     metrics = result.get("metrics", {})
     parts = [f"{result['status']}: {result['epochs_completed']} epochs"]
+    number = lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)  # noqa: E731
     for key in ("train_loss", "val_loss", "val_accuracy"):
-        if key in metrics:
-            parts.append(f"{key} {metrics[key]:.4f}")
-    if "peak_rss_mb" in metrics:
+        if key in metrics:  # null where it was NaN (a diverged run, whose error says so)
+            parts.append(f"{key} {metrics[key]:.4f}" if number(metrics[key]) else f"{key} nan")
+    if number(metrics.get("peak_rss_mb")) and number(metrics.get("samples_per_s")):
         parts.append(f"peak worker RSS {metrics['peak_rss_mb']:.0f} MiB, {metrics['samples_per_s']:.0f} samples/s")
     if result.get("resumed_from_epoch") is not None:
         parts.append(f"resumed from epoch {result['resumed_from_epoch']}")
@@ -217,7 +218,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from raytrain.driver.report import ReportError, report
 
     try:
-        run_dirs = [storage.check_reachable(storage.as_path(p), "raytrain report") for p in args.run_dirs]
+        run_dirs = [storagecheck.check_reachable(storage.as_path(p), "raytrain report") for p in args.run_dirs]
         loaded, png, page = report(run_dirs, Path(args.out) if args.out else None)
     except ReportError as err:
         _error(f"report: {err}")
@@ -234,7 +235,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     from raytrain.driver.tracking import track
     from raytrain.rundir.runcontrol import RunControl
 
-    run_dir = storage.run_dir_for(args.run_dir, "raytrain track")
+    run_dir = storagecheck.run_dir_for(args.run_dir, "raytrain track")
     if not run_dir.is_dir():
         raise UsageError(f"track: {run_dir} is not a run directory. Fix: give STORAGE/NAME of a run, e.g. runs/linear.")
     # Under the run's lease: an attempt that is training sends its own points, and a later one continues from these.
@@ -253,7 +254,7 @@ def cmd_track(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from raytrain.checkpoint.export import export
 
-    run_dir = storage.check_reachable(storage.as_path(args.run_dir), "raytrain export")
+    run_dir = storagecheck.check_reachable(storage.as_path(args.run_dir), "raytrain export")
     source, out = export(run_dir, Path(args.out) if args.out else None)
     console.info("export", f"exported {source.name} to {out}", checkpoint=str(source), file=str(out))
     return EXIT_OK
@@ -574,9 +575,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                f"Fix: set it to json or human, or unset it")
         return EXIT_USAGE
     console.configure(log_format)
+    error: Optional[BaseException] = None  # the paragraph the command ended with, if any
     try:
         return args.func(args)
     except RaytrainError as err:
+        error = err
         _error(str(err))
         return err.exit_code
     except ModuleNotFoundError as err:
@@ -588,7 +591,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                "command again.")
         return EXIT_USAGE
     except KeyboardInterrupt:
+        error = KeyboardInterrupt()
         _error("interrupted; checkpoints written so far are kept, run the same command again to resume")
         return 130
     finally:
-        console.stop_copy()
+        console.stop_copy(error)

@@ -21,6 +21,7 @@ May import: errors, rundir
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -65,6 +66,24 @@ def dataset_root(storage_path: str) -> Path:
 def data_context(cfg) -> DataContext:
     return DataContext(root=dataset_root(cfg.run.storage_path), seed=cfg.train.seed,
                        loader=cfg.data.loader)
+
+
+def check_generated_size(fail: Callable, key: str, count: int, bytes_each: int, what: str) -> None:
+    """A generated data set is built whole in memory, in the driver (its first sample is read before Ray starts) and
+    in every worker: one over half this machine's memory would take the machine down (the kernel's OOM killer picks
+    other processes too), so it is refused in one paragraph naming `key`."""
+
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # no such sysconf here: no bound to check against
+        return
+    if count * bytes_each > memory // 2:
+        fail(key, f"{count:,} {what} take {_gib(count * bytes_each)} in memory, more than half of this machine's "
+             f"{_gib(memory)}", f"generate at most {memory // 2 // bytes_each:,}")
+
+
+def _gib(count: int) -> str:
+    return f"{count / 2**30:,.1f} GiB"
 
 
 def arrays_to_ray(x, y):

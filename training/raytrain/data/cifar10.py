@@ -15,13 +15,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Annotated, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from raytrain.data import DataContext, DataSource, DataUnavailable, splits
+from raytrain.data import DataContext, DataSource, DataUnavailable, check_generated_size, splits
 
 MEAN = STD = (0.5, 0.5, 0.5)
 IMAGE_SHAPE = (32, 32, 3)  # HWC uint8, as torchvision's CIFAR10.data holds it
@@ -250,6 +249,9 @@ def check(p: CIFAR10, cfg, fail):
     if p.synthetic and (p.synthetic_train < cfg.scaling.max_workers or p.synthetic_val < 1):
         fail("data.synthetic_train", f"{p.synthetic_train} training / {p.synthetic_val} validation images are too few "
              f"for {cfg.scaling.max_workers} workers", "generate at least one image per worker and one to validate")
+    if p.synthetic:  # 32x32x3 bytes and a label each
+        check_generated_size(fail, "data.synthetic_train", p.synthetic_train + p.synthetic_val, 3 * 32 * 32 + 8,
+                             "synthetic images (training and validation)")
     if cfg.model_kwargs.get("num_classes", NUM_CLASSES) != NUM_CLASSES:
         fail("model.num_classes", f"CIFAR-10 has {NUM_CLASSES} classes", f"set model.num_classes={NUM_CLASSES}")
     if cfg.model_kwargs.get("image_size", 32) != 32:

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 import numpy as np
 from pydantic import Field
 
-from raytrain.data import DataContext, DataSource, arrays_to_ray, splits, tensor_dataset
+from raytrain.data import DataContext, DataSource, arrays_to_ray, check_generated_size, splits, tensor_dataset
 
 
 @dataclass
@@ -34,3 +34,5 @@ class Linear(DataSource):
         if self.num_samples < cfg.scaling.max_workers:
             fail("data.num_samples", f"{self.num_samples} samples cannot feed {cfg.scaling.max_workers} workers",
                  "use more samples than workers")
+        # x and y as float32 arrays, then as tensors beside them
+        check_generated_size(fail, "data.num_samples", self.num_samples, 16, "samples")

@@ -21,7 +21,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
-from raytrain.data import DataContext, DataSource, DataUnavailable, splits, tensor_dataset
+from raytrain.data import DataContext, DataSource, DataUnavailable, check_generated_size, splits, tensor_dataset
 from raytrain.rundir import atomicfile
 
 PAD, UNK = 0, 1  # reserved ids; the model's embedding uses PAD as padding_idx
@@ -190,6 +190,9 @@ def torch_datasets(p: Text, ctx):
 
 
 def check(p: Text, cfg, fail):
+    if p.synthetic:  # each document as data.max_len int64 token ids
+        check_generated_size(fail, "data.synthetic_train", p.synthetic_train + p.synthetic_val, 8 * p.max_len,
+                             "synthetic documents (training and validation)")
     if p.vocab_size < 3:
         fail("data.vocab_size", f"{p.vocab_size} leaves no room for words next to <pad> and <unk>", "use e.g. 20000")
     if p.max_len < 1:

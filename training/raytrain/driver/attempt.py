@@ -163,6 +163,7 @@ class Attempt:
     def run(self, trainer: Trainer) -> Outcome:
         started = time.time()
         tracking.check_installed(tracking.configured(self.cfg))
+        preflight.check_tracking_destination(self.cfg)
         control = preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
                                        on_lost=self._on_lost)
         records = runrecords.Records(self.run_dir, control)
@@ -230,6 +231,9 @@ class Attempt:
             if self.left_running is not None:  # a shutdown under the body's thread would crash: the watchdog
                 self._end_watchdog(wait=True)  # stops Ray's processes, so that the result counts what they wrote
             return self._write(records, control, self._stopped(started))
+        if isinstance(error, AttemptEnded) and error.ending is Ending.FAILED:  # a diverged loss (the session)
+            return self._write(records, control, summarize(self.run_dir, Ending.FAILED.value, started,
+                                                           error.reason))
         if isinstance(error, AttemptEnded):  # the loop ended itself the way a stop does (a local drain, say)
             status = REACTIONS[error.ending].result or Ending.STOPPED
             return self._write(records, control, summarize(self.run_dir, status.value, started, error.reason))
@@ -330,7 +334,7 @@ def run_attempt(cfg: RunConfig, trainer: Trainer, report: Callable[[Outcome], in
 def _exit_now(attempt: Attempt, error: Optional[BaseException]) -> None:
     if error is not None:
         console.error(str(error))
-    console.stop_copy()
+    console.stop_copy(error)
     code = 1 if error is not None else 128 + (attempt.stop_signal or 0)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,7 +17,7 @@ from raytrain.driver.attempt import STOP_GRACE_S, Attempt, Outcome
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import format_row
-from raytrain.rundir import console, runrecords
+from raytrain.rundir import console, runrecords, storage
 from raytrain.rundir import lease as leases
 from raytrain.spec import components
 from raytrain.spec.sections import RunConfig
@@ -51,7 +51,9 @@ class LocalTrainer:
             raise
         except (LaunchError, OSError) as err:
             if isinstance(err, OSError) and err.errno is not None and _on_storage(err, records):
-                raise LaunchError(f"writing run {cfg.run.name} failed: {err.strerror} ({err.filename}). Checkpoints "
+                full = storage.disk_full(err, records.run_dir)
+                raise LaunchError(f"{full + ': ' if full else ''}writing run {cfg.run.name} failed: {err.strerror} "
+                                  f"({err.filename}). Checkpoints "
                                   f"committed so far are kept. Fix: free space on (or make writable) "
                                   f"{cfg.run.storage_path}, then run the same command again to resume.") from None
             if isinstance(err, LaunchError):

@@ -12,6 +12,7 @@ raytrain reports no checkpoints to Ray Train: the Session's checkpointer commits
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import Optional, TextIO
 from raytrain.checkpoint import checkpoints
 from raytrain.driver import preflight, scaleup
 from raytrain.errors import LaunchError
+from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import format_row
 from raytrain.platform.rayinternals import quiet_ray_thread_warning
 from raytrain.rundir import console, layout, runrecords, storage
@@ -107,11 +109,24 @@ class Progress(threading.Thread):
         self.printed: set[tuple] = {self.key(row) for row in runrecords.read_metrics(run_dir)}
         self.events_seen = len(runrecords.read_events(run_dir))
         self.stopping = threading.Event()
+        self.failed = False  # warned once that a poll failed
 
     def run(self) -> None:
         while not self.stopping.wait(0.5):
+            self.poll_quietly()
+        self.poll_quietly()
+
+    def poll_quietly(self) -> None:
+        """poll, where whatever it meets is one warning line, once (the run's own records are unaffected; a thread's
+        traceback would land in the middle of the epochs' lines), and the next poll tries again."""
+        try:
             self.poll()
-        self.poll()
+        except Exception as err:  # noqa: BLE001 - a display thread: nothing it meets may end or clutter the run
+            if not self.failed:
+                self.failed = True
+                message = " ".join(str(err).split()) or err.__class__.__name__
+                console.warning(f"cannot read the run's progress from {self.run_dir} ({err.__class__.__name__}: "
+                                f"{message}); the run goes on, and its records are complete", out=self.out, rank=0)
 
     @staticmethod
     def key(row: dict) -> tuple:
@@ -152,9 +167,14 @@ class Progress(threading.Thread):
 
 
 def root_cause(err: BaseException) -> str:
-    """One line for the user out of Ray's nested errors: the innermost exception's last line."""
+    """One line for the user out of Ray's nested errors: the innermost exception's last line; a full disk (ENOSPC,
+    EDQUOT on a worker) as "the disk is full at DIR" (the worker's path: a shared volume's is the same here)."""
+
     while err.__cause__ is not None:
         err = err.__cause__
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = os.path.dirname(os.fspath(err.filename)) if err.filename else None
+        return (f"the disk is full at {where} ({err.strerror})" if where else f"the disk is full ({err.strerror})")
     lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
     return lines[-1] if lines else err.__class__.__name__
 
@@ -200,18 +220,25 @@ def ray_train_storage(run_dir: Path) -> str:
     return str(storage.run_scratch(run_dir, layout.RAY_TRAIN_DIR))
 
 
-def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path) -> str:
+def group_restarts(run_dir: Path, attempt: Optional[int]) -> int:
+    """How many times Ray Train restarted this attempt's worker group: its groups' start events (one per group,
+    written also by a group whose loop failed before its first step) but the first, less an elastic run's resizes
+    (a grow is no failure)."""
+    events = [e for e in runrecords.read_events(run_dir) if e.get("attempt") == attempt]
+    starts = [e for e in events if e.get("event") == "start"]
+    resized = [e for e in events if e.get("event") == "resizing"]
+    return max(len(starts) - 1 - len(resized), 0)
+
+
+def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path, attempt: Optional[int] = None) -> str:
     """What trainer.fit()'s failure means, in one paragraph: Ray Train gave up after its worker-group restarts, or
     its controller failed (no restarts are counted for that)."""
     from ray.train import ControllerError
 
-    events = runrecords.read_events(run_dir)
-    starts = [e for e in events if e.get("event") == "start"]
-    resized = [e for e in events if e.get("event") == "resizing"]  # an elastic run's grows: no failure
     if isinstance(err, ControllerError):
         what = "Ray Train's controller failed"
     else:
-        what = (f"training failed after {max(len(starts) - 1 - len(resized), 0)} worker-group restart(s) "
+        what = (f"training failed after {group_restarts(run_dir, attempt)} worker-group restart(s) "
                 f"({cfg.run.max_failures} allowed)")
     kept = (f"Checkpoints written so far are kept in {run_dir}; fix the cause and run the same command again to resume"
             if checkpoints.committed(run_dir) else
@@ -268,9 +295,14 @@ class RayTrainer:
         try:
             trainer.fit()
         except (TrainingFailedError, ControllerError) as err:  # Ray Train gave up; anything else is a bug
-            raise LaunchError(training_failed(err, cfg, run_dir)) from None
+            raise LaunchError(training_failed(err, cfg, run_dir, records.token)) from None
         finally:
             progress.stop()
+        # A worker that met a diverged loss ended its loop (no restart would help): the group "finished"
+        diverged = [e for e in runrecords.read_events(run_dir)
+                    if e.get("event") == "diverged" and e.get("attempt") == records.token]
+        if diverged:
+            raise AttemptEnded(Ending.FAILED, diverged[-1]["message"])
 
     def close(self) -> None:
         if not self.owns_ray:

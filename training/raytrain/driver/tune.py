@@ -214,6 +214,7 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json."""
     check_space(cfg, search)
     tracking.check_installed(tracking.configured(cfg))  # each trial is a run of its own, with its own tracker run
+    preflight.check_tracking_destination(cfg)
     started = time.time()
     # The sweep's own directory is held like a run's: one sweep writes it at a time, every commit fenced.
     control = preflight.take_lease(cfg, DEFAULT_TTL_S, wait=False, notify=lambda m: console.info("attempt", m, out=out))

@@ -126,3 +126,17 @@ def autoscaler_can_add_nodes() -> Optional[bool]:
     if is_autoscaler_v2(fetch_from_server=True):
         return True
     return None
+
+
+def walk_working_dir(directory: Path, excludes: list[str], skip, visit) -> None:
+    """Walk `directory` as Ray walks a runtime env's working_dir before it zips it (packaging._dir_travel with
+    _get_excludes: gitignore-style `excludes`, and each folder's .gitignore and .rayignore), so that what is
+    measured is what Ray would ship. `skip(path)` leaves out a path (and all under it); `visit(path)` sees every
+    path kept and may raise to stop the walk."""
+    from ray._private.runtime_env import packaging
+
+    quiet = logging.getLogger("raytrain.ship")  # _dir_travel logs every ignore file it honours, and the stop
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    packaging._dir_travel(directory, [packaging._get_excludes(directory, excludes), skip], visit,
+                          include_gitignore=True, logger=quiet)

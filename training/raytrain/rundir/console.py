@@ -67,7 +67,10 @@ def copy_path() -> Optional[Path]:
     return Path(_settings["copy"].name) if _settings["copy"] is not None else None
 
 
-def stop_copy() -> None:
+def stop_copy(error: Optional[BaseException] = None) -> None:
+    """Close the copy (and upload it, on an object store). `error`: what the command ended with, already said in
+    its paragraph: one failure, one paragraph. A storage error (the bucket missing or unreachable) is not tried
+    again by the upload; after any other error an upload that fails is not a second paragraph either."""
     copy, upload = _settings["copy"], _settings.pop("upload", None)
     if copy is None:
         return
@@ -76,9 +79,11 @@ def stop_copy() -> None:
     if upload is not None:
         local = Path(copy.name)
         try:
-            storage.upload_file(local, upload)
+            if not isinstance(error, storage.StorageError):
+                storage.upload_file(local, upload)
         except Exception as err:  # the store unreachable at the end: the lines stay in the pod's log
-            print(f"raytrain: could not upload the driver log to {upload}: {err}", file=sys.stderr)
+            if error is None:
+                print(f"raytrain: could not upload the driver log to {upload}: {err}", file=sys.stderr)
         finally:
             storage.remove_tree(local.parent)
 

@@ -122,6 +122,21 @@ def row_key(row: dict) -> tuple[int, int]:
     return row["epoch"], step if isinstance(step, int) and not isinstance(step, bool) else -1
 
 
+def diverged(metrics: Any) -> list[str]:
+    """The losses among a report's metrics (keys that end in "loss") that are NaN or infinite: a diverged run."""
+    found = []
+    for key, value in metrics.items():
+        if str(key).endswith("loss"):
+            if hasattr(value, "item") and callable(value.item):
+                try:
+                    value = value.item()
+                except (TypeError, ValueError, RuntimeError):
+                    continue
+            if isinstance(value, float) and not math.isfinite(value):
+                found.append(str(key))
+    return found
+
+
 def _before(row: dict, last_epoch: int, step: int) -> bool:
     """A step row of (epoch, step) trained at or before the position (last completed epoch, steps into the next)."""
     epoch, at = row.get("epoch"), row.get("step")
@@ -143,7 +158,7 @@ def read_jsonl(path: Path, warn: Optional[Callable[[str], None]] = None) -> list
     is skipped silently, as a writer may be appending it right now."""
     rows: list[dict] = []
     try:
-        raw = path.read_bytes()
+        raw = storage.read_bytes(path)
     except FileNotFoundError:
         return rows
     lines = raw.split(b"\n")
@@ -192,7 +207,7 @@ def read_events(run_dir: Path) -> list[dict]:
 def read_result(run_dir: Path) -> Optional[dict]:
     path = run_dir / layout.RESULT_FILE
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = json.loads(storage.read_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         return None
     except (UnicodeDecodeError, ValueError) as err:

@@ -27,7 +27,6 @@ import re
 import shutil
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -78,22 +77,6 @@ def bucket_problem(scheme: str, bucket: str) -> Optional[str]:
 
 class StorageError(UsageError):
     """The storage path cannot hold runs; str() is one paragraph naming the path, the uid and the fix."""
-
-
-def _who() -> str:
-    return f"uid {os.geteuid()} (gid {os.getegid()})"
-
-
-def _fix(path: Path) -> str:
-    return (f"Fix: pass --storage a directory that {_who()} can write, or make {path} writable for it: on "
-            f"Kubernetes the Ray pods run as uid 1000, gid 100, so the shared volume's export must let them "
-            f"write (chown 1000:100 the export, or export it with all_squash,anonuid=1000,anongid=100).")
-
-
-def _probe(directory: Path) -> None:
-    probe = directory / f".raytrain-write-probe-{uuid.uuid4().hex}"
-    probe.write_bytes(b"")
-    probe.unlink()
 
 
 def url_scheme(value: Union[str, os.PathLike, Any]) -> str:
@@ -183,24 +166,40 @@ def fsspec_options(url: str) -> dict[str, Any]:
     return options
 
 
-def _fs(path: Any) -> Any:
+def filesystem(path: Any) -> Any:
     return path.fs
 
 
-def _key(path: Any) -> str:
+def object_key(path: Any) -> str:
     return path.path
 
 
 def put_bytes(path: Path, data: bytes) -> None:
     """Replace the object at `path` whole (an object store's PUT is atomic: a reader sees the old object or this)."""
-    _fs(path).pipe_file(_key(path), data)
+    filesystem(path).pipe_file(object_key(path), data)
+
+
+def read_bytes(path: Path, attempts: int = 10) -> bytes:
+    """The whole object (or file) at `path`, as one GET: S3 answers a GET with one version of the object whole, while
+    s3fs's file reads (UPath.read_bytes) fetch ranges pinned to the ETag seen at open and raise FileExpired when a
+    writer replaced the object in between, as rank 0 does metrics.jsonl and events.jsonl with each append. A
+    FileExpired that still comes (a retried range) reads again."""
+    if not is_remote(path):
+        return Path(path).read_bytes()
+    for _ in range(attempts - 1):
+        try:
+            return filesystem(path).cat_file(object_key(path))
+        except OSError as err:
+            if err.errno != errno.EBUSY:  # s3fs's FileExpired is an EBUSY
+                raise
+    return filesystem(path).cat_file(object_key(path))
 
 
 def create_exclusive(path: Path, data: bytes) -> bool:
     """Create the object `path` holding `data` unless it exists (If-None-Match: *, and GCS's generation match):
     True if this call created it. Exactly one of several concurrent callers gets True."""
     try:
-        _fs(path).pipe_file(_key(path), data, mode="create")
+        filesystem(path).pipe_file(object_key(path), data, mode="create")
         return True
     except FileExistsError:  # s3fs's answer to 412 Precondition Failed
         return False
@@ -209,7 +208,7 @@ def create_exclusive(path: Path, data: bytes) -> bool:
 def append_bytes(path: Path, data: bytes, attempts: int = 20) -> None:
     """Append to an object: read it and PUT it back longer, only if nobody replaced it meanwhile (S3's If-Match on
     the ETag read; a lost race reads again). Two processes append to a run's events.jsonl (the driver and rank 0)."""
-    fs, key = _fs(path), _key(path)
+    fs, key = filesystem(path), object_key(path)
     if getattr(path, "protocol", "") != "s3":  # gs: generation preconditions are not reached through gcsfs here
         try:
             old = fs.cat_file(key)
@@ -252,7 +251,7 @@ def _bucket_exists(fs: Any, bucket: str) -> bool:
 
 
 def bucket_missing(path: Any) -> StorageError:
-    bucket = _key(path).split("/", 1)[0]
+    bucket = object_key(path).split("/", 1)[0]
     return StorageError(f"the bucket {bucket} of {path} does not exist any more (deleted while the run wrote to it, "
                         f"or these credentials can no longer see it): nothing more of the run can be saved there. "
                         f"Fix: create the bucket again (or correct the storage path) and run the same command again; "
@@ -266,16 +265,77 @@ def _precondition_failed(err: OSError) -> bool:
     return code in ("PreconditionFailed", "412") or "pre-condition" in str(err).lower()
 
 
+# torch's zip writer (torch.save, and DCP's shards through it) turns a write the disk refused into its own error,
+# "[enforce fail at inline_container.cc:NNN] . unexpected pos X vs Y" or "file write failed", losing the errno.
+_SHORT_WRITE = re.compile(r"unexpected pos \d+ vs \d+|file write failed|PytorchStreamWriter failed writing",
+                          re.IGNORECASE)
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """`err`, its causes and contexts, and DCP's per-worker failures (CheckpointException.failures), each once."""
+    seen: list[BaseException] = []
+    todo = [err]
+    while todo and len(seen) < 50:
+        current = todo.pop()
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        todo += [current.__cause__, current.__context__]
+        failures = getattr(current, "failures", None)
+        if isinstance(failures, dict):
+            todo += [pair[0] if isinstance(pair, tuple) else pair for pair in failures.values()]
+    return [e for e in seen if isinstance(e, BaseException)]
+
+
+def mount_of(path: Path) -> Path:
+    """The mount point of the filesystem `path` (or its nearest existing parent) is on."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def disk_full(err: BaseException, where: Path) -> Optional[str]:
+    """When `err` is a full disk while writing under local `where`, what to say first: "the disk is full at MOUNT
+    (F free of T)". A full disk is an ENOSPC or EDQUOT anywhere in the error's chain, or torch's short write on a
+    filesystem found with little space left (under 1 GiB or 2%: the errno is gone, the space is the evidence). None
+    otherwise, and for an object store (its local staging is a path of its own)."""
+    if is_remote(where):
+        return None
+    chain = _chain(err)
+    refused = any(isinstance(e, OSError) and e.errno in _FULL_ERRNOS for e in chain)
+    short = any(_SHORT_WRITE.search(str(e)) for e in chain)
+    if not (refused or short):
+        return None
+    try:
+        usage = shutil.disk_usage(mount_of(where))
+    except OSError:
+        return f"the disk is full at {where}" if refused else None
+    if not refused and usage.free >= min(2**30, usage.total // 50):
+        return None
+    return f"the disk is full at {mount_of(where)} ({_bytes(usage.free)} free of {_bytes(usage.total)})"
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
 def upload_file(source: Path, target: Path) -> None:
     """Copy a local file to an object store (multipart for large files, by fsspec)."""
-    _fs(target).put_file(str(source), _key(target))
+    filesystem(target).put_file(str(source), object_key(target))
 
 
 def download_tree(source: Path, target: Path) -> None:
     """Copy an object-store prefix to a local directory (created)."""
     target.mkdir(parents=True, exist_ok=True)
-    fs = _fs(source)
-    base = _key(source).rstrip("/") + "/"
+    fs = filesystem(source)
+    base = object_key(source).rstrip("/") + "/"
     for key in fs.find(base):
         local = target / key[len(base):]
         local.parent.mkdir(parents=True, exist_ok=True)
@@ -290,7 +350,7 @@ def listdir(path: Path) -> list[str]:
         except FileNotFoundError:
             return []
     try:
-        return [entry.rstrip("/").rsplit("/", 1)[-1] for entry in _fs(path).ls(_key(path), detail=False,
+        return [entry.rstrip("/").rsplit("/", 1)[-1] for entry in filesystem(path).ls(object_key(path), detail=False,
                                                                                 refresh=True)]
     except FileNotFoundError:
         return []
@@ -299,9 +359,9 @@ def listdir(path: Path) -> list[str]:
 def list_tree(path: Path) -> dict[str, dict]:
     """Every object under an object-store prefix, in as few requests as the store allows: {key relative to `path`:
     {"size", "mtime"}}."""
-    base = _key(path).rstrip("/") + "/"
+    base = object_key(path).rstrip("/") + "/"
     try:
-        found = _fs(path).find(base, detail=True, refresh=True)
+        found = filesystem(path).find(base, detail=True, refresh=True)
     except FileNotFoundError:
         return {}
     listed = {}
@@ -325,7 +385,7 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
         return
     try:
-        _fs(path).rm(_key(path), recursive=True)
+        filesystem(path).rm(object_key(path), recursive=True)
     except (FileNotFoundError, OSError):
         pass
 
@@ -359,12 +419,6 @@ def run_path(ref: Any) -> Path:
     return as_path(ref) if is_remote(ref) else Path(ref).expanduser().absolute()
 
 
-def run_dir_for(ref: Any, command: str) -> Path:
-    """A run directory named on the command line: a local path made absolute, or a URL checked reachable (one
-    paragraph naming the URL and the settings when it is not)."""
-    return check_reachable(run_path(ref), command) if is_remote(ref) else run_path(ref)
-
-
 def run_scratch(run_dir: Any, name: str) -> Path:
     """A directory on this node's filesystem for a run's files that need no object store (Ray Train's own):
     RUN_DIR/name where the run is a directory, else local_root()/name/RUN_NAME."""
@@ -373,7 +427,7 @@ def run_scratch(run_dir: Any, name: str) -> Path:
 
 def is_full(err: OSError) -> bool:
     """A write failed for want of space (the disk, or the user's quota)."""
-    return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    return err.errno in _FULL_ERRNOS
 
 
 def staging_full(staging: Path, err: OSError) -> "StagingFull":
@@ -452,91 +506,3 @@ def remove_stale_scratch() -> list[Path]:
         finally:
             os.close(fd)
     return removed
-
-
-def check_storage(storage_path: str, run_name: str = "", source: str = "run.storage_path") -> Path:
-    """The storage directory (created if missing), or StorageError. With run_name, an existing run directory
-    (perhaps left by another user) must be writable too. An object-store URL is checked in shape and reached once:
-    a probe object written and deleted under the run's prefix."""
-    if not storage_path:
-        raise StorageError(f"{source} is empty. Fix: give a directory for runs, on a cluster the shared volume "
-                           f"such as /mnt/shared/runs.")
-    if url_scheme(storage_path) or url_problem(storage_path) is not None:  # s3:/b is a typo, not a directory
-        return _check_object_store(storage_path, run_name, source)
-    path = Path(storage_path).expanduser().absolute()
-    try:
-        path.stat()
-    except FileNotFoundError:
-        pass
-    except OSError as err:  # a parent directory that this user may not enter
-        raise StorageError(f"the storage path {path} ({source}) cannot be reached by {_who()}: {err.strerror}. "
-                           f"{_fix(path)}") from None
-    if path.exists() and not path.is_dir():
-        raise StorageError(f"the storage path {path} ({source}) is a file, not a directory. Fix: pass --storage "
-                           f"a directory (it is created if missing), e.g. {path.parent / 'runs'}.")
-    run_path = path / run_name if run_name else None
-    if run_path is not None and os.path.lexists(run_path) and not run_path.is_dir():
-        raise StorageError(f"the run directory {run_path} ({source} and the run's name) is a file, not a directory. "
-                           f"Fix: train under another --name, or move that file away.")
-    target = path
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        _probe(path)
-        if run_name and (path / run_name).is_dir():
-            target = path / run_name
-            _probe(target)
-    except OSError as err:
-        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise StorageError(f"the storage path {path} ({source}) cannot be used by {_who()}: "
-                               f"{err.strerror or err}. {_fix(path)}") from None
-        what = "is on a read-only file system" if err.errno == errno.EROFS else f"is not writable by {_who()}"
-        existing = next(p for p in (target, *target.parents) if os.path.lexists(p))
-        where = "" if existing == target else f" (it does not exist, and {existing} does not let it be created)"
-        owner = f", owner uid {existing.stat().st_uid}" if err.errno != errno.EROFS else ""
-        label = "run directory" if target != path else "storage path"
-        raise StorageError(f"the {label} {target} ({source}{owner}) {what}{where}: {err.strerror}. "
-                           f"{_fix(existing)}") from None
-    return path
-
-
-def check_reachable(path: Path, source: str) -> Path:
-    """For commands that read a run on an object store (report, export, track): the run's prefix can be listed
-    with this environment's credentials, else StorageError in one paragraph (never the SDK's traceback)."""
-    if not is_remote(path):
-        return path
-    path = as_path(path)
-    try:
-        path.exists()
-    except Exception as err:
-        raise _unreachable(str(path), source, err) from None
-    return path
-
-
-def _unreachable(url: str, source: str, err: BaseException) -> StorageError:
-    if isinstance(err, PermissionError):
-        return StorageError(f"the storage path {url} ({source}) refused this request: {err}. Fix: give these "
-                            f"credentials s3:PutObject, GetObject, DeleteObject and ListBucket on the prefix (on "
-                            f"Kubernetes, the service account's IRSA role or Workload Identity binding).")
-    return StorageError(f"the storage path {url} ({source}) cannot be reached: {err.__class__.__name__}: "
-                        f"{str(err)[:300]}. Fix: check the endpoint and credentials in the environment "
-                        f"(AWS_ENDPOINT_URL for an S3-compatible store such as MinIO, AWS_ACCESS_KEY_ID/"
-                        f"AWS_SECRET_ACCESS_KEY or the pod's IRSA role; for gs://, GOOGLE_APPLICATION_CREDENTIALS or "
-                        f"Workload Identity).")
-
-
-def _check_object_store(storage_path: str, run_name: str, source: str) -> Path:
-    """A write and a delete of a probe object under the run's prefix: the bucket exists and these credentials may
-    write there. Every failure is one paragraph naming the URL and what to check."""
-    check_url(storage_path, source)
-    root = as_path(storage_path)
-    target = root / run_name if run_name else root
-    probe = target / f".raytrain-write-probe-{uuid.uuid4().hex}"
-    try:
-        put_bytes(probe, b"")
-        _fs(probe).rm_file(_key(probe))
-    except FileNotFoundError:
-        raise StorageError(f"the storage path {storage_path} ({source}): its bucket does not exist (or these "
-                           f"credentials cannot see it). Fix: create the bucket, or correct the URL.") from None
-    except Exception as err:  # botocore, aiohttp and gcsfs raise their own types for a store that cannot be reached
-        raise _unreachable(storage_path, source, err) from None
-    return root

@@ -333,7 +333,9 @@ def explain(err: pydantic.ValidationError, model: type[pydantic.BaseModel], give
             what: str) -> str:
     """One paragraph for the first error pydantic found."""
     first = err.errors()[0]
-    loc = [str(part) for part in first.get("loc", ())]
+    # pydantic names the member of a union it tried ("literal['adam','adamw','sgd']", "function-after[...]",
+    # "list[str]"): a type, not a key of the user's config
+    loc = [str(part) for part in first.get("loc", ()) if not (isinstance(part, str) and "[" in part)]
     name = loc[0] if loc else "?"
     key = ".".join([section, *loc]) if section else ".".join(loc)
     where = where_of(where, ".".join([section, name]))
@@ -375,7 +377,9 @@ def _annotation_text(hint: Any) -> str:
         return "one of " + ", ".join(repr(choice) for choice in typing.get_args(hint))
     if origin is typing.Union:
         return " or ".join(_annotation_text(option) for option in typing.get_args(hint))
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+    if origin is list and typing.get_args(hint):
+        return f"a list, each item {_annotation_text(typing.get_args(hint)[0])}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
             type(None): "null"}.get(hint, getattr(hint, "__name__", str(hint)).replace("typing.", ""))
 
 

@@ -35,6 +35,7 @@ from raytrain.spec.sections import (
     CREDENTIAL_VARIABLES,
     DEFAULT_LOOP,
     INCLUDE_KEY,
+    MAX_BATCH,
     SCHEDULER_INTERVALS,
     SECTIONS,
     SMOKE_KEY,
@@ -509,7 +510,23 @@ def _check_batches(t: TrainSection, s: ScalingSection, fail: Callable) -> None:
     min..max), and each share into train.grad_accum_steps micro-batches."""
     counts = s.worker_counts
     # The batch must be a multiple of every count, and each share of the accumulation steps: of lcm(counts) * accum.
-    step = math.lcm(*counts) * t.grad_accum_steps
+    # Built up count by count and given up once past the largest batch allowed (no batch splits then): the lcm of
+    # consecutive counts passes it within a few dozen of them, so [1, 100000] costs what [1, 30] does, and every
+    # range that gets past this is that short.
+    multiple = 1
+    for n in counts:
+        multiple = math.lcm(multiple, n)
+        if multiple > MAX_BATCH:
+            break
+    if multiple > MAX_BATCH and s.elastic and s.min_workers <= t.batch_size:
+        top = _widest(s.min_workers, t.batch_size)
+        fix = (f"narrow the range (e.g. [{s.min_workers}, {top}], whose counts all split a batch that is a multiple "
+               f"of {math.lcm(*range(s.min_workers, top + 1))}), or choose a fixed count" if top > s.min_workers else
+               f"choose a fixed count (no range from {s.min_workers} splits a batch of at most {t.batch_size})")
+        fail("scaling.num_workers", f"[{s.min_workers}, {s.max_workers}]: no global batch splits evenly over every "
+             f"count from {s.min_workers} to {s.max_workers} (one that does is a multiple of {_clip(multiple)} or "
+             f"more, past train.batch_size's bound of {MAX_BATCH:,})", fix)
+    step = multiple * t.grad_accum_steps
     if t.batch_size % step == 0:
         return
     lower, upper = t.batch_size - t.batch_size % step, t.batch_size - t.batch_size % step + step
@@ -523,10 +540,24 @@ def _check_batches(t: TrainSection, s: ScalingSection, fail: Callable) -> None:
                 f"batch fixed)" if s.elastic else f"{uneven} workers")
         fail("train.batch_size", f"global batch size {t.batch_size} does not split evenly over {over}",
              f"use {choices}, or change scaling.num_workers")
-    share = next(t.batch_size // n for n in counts if (t.batch_size // n) % t.grad_accum_steps)
+    share = next(t.batch_size // n for n in counts if (t.batch_size // n) % t.grad_accum_steps)  # counts: <= batch
     fail("train.grad_accum_steps",
          f"each worker's {share} samples per step do not split into {t.grad_accum_steps} equal micro-batches",
          f"use a train.grad_accum_steps that divides {share}, or a train.batch_size of {choices}")
+
+
+def _clip(number: int) -> str:
+    text = str(number)
+    return text if len(text) <= 20 else f"{text[:6]}... ({len(text)} digits)"
+
+
+def _widest(low: int, batch: int) -> int:
+    """The largest max for which [low, max] shares a batch of at most `batch` evenly (a few steps: see above)."""
+    multiple, top = low, low
+    while math.lcm(multiple, top + 1) <= batch:
+        top += 1
+        multiple = math.lcm(multiple, top)
+    return top
 
 
 def _unknown(source: str, what: str, allowed: typing.Iterable[str], value: Optional[str] = None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from raytrain.spec.components import COMPONENT_KEY, Component
 
@@ -19,17 +19,47 @@ NonNegative = Annotated[int, Field(ge=0)]
 FiniteNonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+def _at_most(limit: Union[int, float], what: str, why: str) -> AfterValidator:
+    """An upper bound whose refusal says the range and why (pydantic's own says only the number): every value a
+    run cannot use is refused at load, before it reaches torch or Ray as an overflow or a machine's worth of
+    threads."""
+    def check(value: Any) -> Any:
+        if value > limit:
+            raise ValueError(f"{what} of at most {limit:,}: {why}")
+        return value
+
+    return AfterValidator(check)
+
+
+# The upper bounds of counts (issue 40): each is far past any run's real value and short of where it breaks.
+# torch.manual_seed takes a 64-bit integer, and raytrain seeds with train.seed + the epoch (+ the rank).
+MAX_SEED = 2**63 - 1
+MAX_EPOCHS = 10**7
+MAX_BATCH = 2**31 - 1
+MAX_WORKERS = 100_000
+MAX_THREADS = 1024
+MAX_STEPS = 2**63 - 1  # counters compared with step numbers; beyond int64 they reach no checkpoint or row anyway
+Seed = Annotated[int, Field(ge=0), _at_most(
+    MAX_SEED, "a seed", "torch.manual_seed takes 64-bit integers and raytrain adds the epoch and the worker's rank "
+                        "to train.seed, so it accepts 0 to 2**63-1")]
+Steps = Annotated[int, Field(ge=0), _at_most(MAX_STEPS, "a count", "larger numbers do not fit the 64-bit integers "
+                                                                   "torch and the run's records count steps in")]
+
+
 def _worker_count(value: Any) -> Union[int, list[int]]:
-    """scaling.num_workers: a count, or [min, max] (an elastic run; [n, n] is the count n)."""
+    """scaling.num_workers: a count, or [min, max] (an elastic run; [n, n] is the count n), each at most
+    MAX_WORKERS."""
     def count(item: Any) -> bool:
         return isinstance(item, int) and not isinstance(item, bool) and item > 0
 
-    if count(value):
+    if count(value) and value <= MAX_WORKERS:
         return value
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(map(count, value)) and value[0] <= value[1]:
+    if (isinstance(value, (list, tuple)) and len(value) == 2 and all(map(count, value)) and value[0] <= value[1]
+            and value[1] <= MAX_WORKERS):
         return value[0] if value[0] == value[1] else list(value)
-    raise ValueError("a worker count of 1 or more (e.g. 2), or [min, max] with 1 <= min <= max for an elastic run "
-                     "(e.g. [2, 4])")
+    raise ValueError(f"a worker count from 1 to {MAX_WORKERS:,} (e.g. 2), or [min, max] with 1 <= min <= max <= "
+                     f"{MAX_WORKERS:,} for an elastic run (e.g. [2, 4]); more workers than that is past what any Ray "
+                     f"cluster runs")
 
 
 WorkerCount = Annotated[Union[int, list[int]], BeforeValidator(_worker_count)]
@@ -40,8 +70,11 @@ WorkerCount = Annotated[Union[int, list[int]], BeforeValidator(_worker_count)]
 
 @dataclass
 class TrainSection:
-    epochs: Positive = 10  # passes over the training set
-    batch_size: Positive = 64  # GLOBAL batch size per optimizer step; each of N workers gets batch_size / N
+    epochs: Annotated[int, Field(gt=0), _at_most(MAX_EPOCHS, "a number of epochs", "more passes than any run makes "
+                                                 "(a larger number is a typo, and a run of them never ends)")] = 10
+    # GLOBAL batch size per optimizer step; each of N workers gets batch_size / N
+    batch_size: Annotated[int, Field(gt=0), _at_most(MAX_BATCH, "a global batch size", "a step over more samples than "
+                                                     "that is no batch a device or a data set holds")] = 64
     grad_accum_steps: Positive = 1  # each worker's share split into this many micro-batches per optimizer step
     # adam | adamw | sgd (built from lr, weight_decay, momentum below), or a component:
     # {_component_: torch.optim.AdamW, lr: 3e-4, betas: [0.9, 0.95]} (its own keys; lr etc. below then unused)
@@ -54,9 +87,12 @@ class TrainSection:
     scheduler: Optional[dict] = None
     mixed_precision: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on GPU, off on CPU
     grad_clip: FiniteNonNegative = 0.0  # max global grad norm; 0 disables
-    seed: NonNegative = 0
-    max_steps_per_epoch: NonNegative = 0  # 0 = the whole epoch; smoke runs cap it
-    torch_threads: NonNegative = 0  # intra-op threads per worker; 0 = derived from the worker's CPUs
+    seed: Seed = 0
+    max_steps_per_epoch: Steps = 0  # 0 = the whole epoch; smoke runs cap it
+    # intra-op threads per worker; 0 = derived from the worker's CPUs
+    torch_threads: Annotated[int, Field(ge=0), _at_most(MAX_THREADS, "a number of threads", "torch starts every one "
+                                                        "of them per worker, and more threads than cores only "
+                                                        "slows a worker down (a million take the machine down)")] = 0
     # cross_entropy (classification: val_accuracy too) | mse | l1 | nll | an import path | {_component_: ..., kwargs};
     # unset: the data source's own (mse for the regression sets), else cross_entropy
     loss: Optional[Union[str, dict]] = None
@@ -69,7 +105,7 @@ class ScalingSection:
     # batch (train.batch_size) and the learning rate stay as they are: each of N workers takes batch_size / N
     num_workers: WorkerCount = 2
     # elastic: how often Ray Train looks for room to grow the running group (Ray's elastic_resize_monitor_interval_s)
-    elastic_resize_monitor_interval_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 60.0
+    elastic_resize_monitor_interval_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 60.0
     use_gpu: bool = False
     # auto: fit the workers into the cluster, <= 1 each
     cpus_per_worker: Union[Literal["auto"], Annotated[float, Field(gt=0, allow_inf_nan=False)]] = "auto"
@@ -146,14 +182,14 @@ class RunSection:
     storage_path: str = "./runs"  # on a cluster: the shared volume, e.g. /mnt/shared/runs
     checkpoint_every: Positive = 1  # epochs between checkpoints (the last epoch always checkpoints)
     # Mid-epoch checkpoints as well (0 = off), taken where the loop asks session.batches("train") for its next batch:
-    checkpoint_every_steps: NonNegative = 0  # every N optimizer steps
+    checkpoint_every_steps: Steps = 0  # every N optimizer steps
     checkpoint_every_s: FiniteNonNegative = 0.0  # every N seconds of training
     keep_checkpoints: Positive = 2  # newest N kept; >= 2 lets a corrupt newest fall back to the one before
     # file: rank 0 writes the whole state into one state.pt; sharded: every worker writes its shards
     # (torch.distributed.checkpoint), resumable on another worker count; auto: sharded with scaling.strategy fsdp
     checkpointer: Literal["auto", "file", "sharded"] = "auto"
     async_checkpoint: bool = True  # sharded: training goes on while a checkpoint is written (at most one in flight)
-    log_every_steps: NonNegative = 0  # a row in steps.jsonl every N optimizer steps (rank 0's loss); 0 = off
+    log_every_steps: Steps = 0  # a row in steps.jsonl every N optimizer steps (rank 0's loss); 0 = off
     max_failures: Annotated[int, Field(ge=-1)] = 3  # worker-group restarts before the run fails; -1 = unlimited
     # Experiment trackers fed from the driver (raytrain.driver.tracking): {mlflow: {...}} and/or {wandb: {...}}, above
     tracking: Optional[TrackingSection] = None

@@ -169,6 +169,7 @@ def resize_checkpoint_callback(run_dir: Path, attempt: int, timeout_s: float = C
                 held = wait_answered(run_dir, request_id, timeout_s)
                 if held is not None and held.get("ending") == "resizing":
                     records.append_event("resizing", workers=to_workers, checkpoint=held.get("checkpoint"),
+                                         attempt=attempt,
                                          message=f"Ray Train resizes the worker group to {to_workers} workers; it "
                                                  f"checkpointed at its step ({held.get('checkpoint')}) first")
                 elif held is None:

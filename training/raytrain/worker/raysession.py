@@ -130,7 +130,11 @@ def worker_entry(loop_config: dict) -> None:
         if ray_train_function:
             raytrain_function.run(cfg, session)
         else:
-            components.instantiate(cfg.loop, session)
+            try:
+                components.instantiate(cfg.loop, session)
+            except Exception:
+                session.announce_failed_start()
+                raise
     except AttemptEnded as ended:
         reaction = REACTIONS[ended.ending]  # what each ending does: raytrain.lifecycle.endings
         if reaction.commits:

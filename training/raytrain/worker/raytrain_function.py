@@ -134,6 +134,15 @@ class Bridge:
                                    f"exists; its reports are numbered on from {self.next_count}")
         session._announce()
 
+    def announce_failed_start(self) -> None:
+        """A group whose function raised before its first report still started: its start event is how the driver
+        counts the restart (without the warning about get_checkpoint, which is about reports)."""
+        if self.session._announced:
+            return
+        if self.asked and self.offer_position is not None:
+            self.session.resumed_from_epoch = self.offer_position.epoch
+        self.session.announce_failed_start()
+
     # -- ray.train.get_checkpoint
 
     def get_checkpoint(self) -> Any:
@@ -396,7 +405,11 @@ def run(cfg: RunConfig, session: Session) -> Any:
         target = cfg.loop.target
         loop_config = dict(cfg.loop.kwargs.get(TRAIN_LOOP_CONFIG) or {})
         parameters = loops.positional_parameters(target)
-        result = target(loop_config) if parameters else target()
+        try:
+            result = target(loop_config) if parameters else target()
+        except Exception:
+            _bridge.announce_failed_start()
+            raise
         _bridge._announce()  # a function that never reported still started
         return result
     finally:

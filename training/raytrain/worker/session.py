@@ -143,9 +143,20 @@ class Session(ABC):
                 self.records.append_event("resize", previous=before[-1], workers=self.world_size,
                                           epoch=self.resumed_from_epoch or 0, step=self._resume_step)
             self.records.append_event("start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
-                                      resumed_at_step=self._resume_step, world_size=self.world_size)
+                                      resumed_at_step=self._resume_step, world_size=self.world_size,
+                                      attempt=self.records.token)
         self._started(start)
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
+
+    def announce_failed_start(self) -> None:
+        """A group whose loop raised before its first batch, restore or report still started: record it (the
+        driver counts restarts by these events), unless the records cannot be written either."""
+        if self._announced:
+            return
+        try:
+            self._announce()
+        except (OSError, AttemptEnded):  # the failure being raised is the one to report
+            pass
 
     # ------------------------------------------------------------------------------------------ model and data
 
@@ -350,6 +361,9 @@ class Session(ABC):
         if self.is_rank_zero:
             # The row goes first: if the checkpoint below never lands, resume drops this row and retrains.
             self.records.append_metrics(row)
+        diverged = runrecords.diverged(metrics)
+        if diverged:
+            self._diverged(int(epoch), diverged)
         self._epoch_done(row, self._epoch_samples, time.perf_counter() - self._epoch_began)
         checkpointed = self.checkpoint_due(epoch)
         if checkpointed:
@@ -364,6 +378,21 @@ class Session(ABC):
                 if not checkpointed:
                     self._checkpoint(Position(epoch), model, optimizer, stateful)
                 self._end(decision.ending, decision.reason)
+
+    def _diverged(self, epoch: int, names: list[str]) -> None:
+        """A loss that is NaN or infinite: the weights are past saving, so no checkpoint of this epoch is written
+        and the attempt fails with the reason (every worker sees the same all-reduced loss and ends here); the
+        last good checkpoint stays, for a resume with a lower learning rate."""
+        newest = self.checkpointer.latest()
+        good = (f"resume from the last good checkpoint ({newest[0].name}) by running the same command again"
+                if newest else "run the same command again (no checkpoint was written before it diverged)")
+        lr = f" (it is {self.config.train.lr:g})" if self.config.optimizer is None else ""
+        reason = (f"training diverged at epoch {epoch}: {' and '.join(names)} became NaN or infinite, so the "
+                  f"model's weights are no longer usable and this epoch's checkpoint is not written. Fix: lower "
+                  f"train.lr{lr} or set train.grad_clip, then {good}.")
+        if self.is_rank_zero:
+            self.records.append_event("diverged", message=reason, epoch=epoch, attempt=self.records.token)
+        raise AttemptEnded(Ending.FAILED, reason)
 
     def log_step(self, epoch: int, step: int, metrics: Mapping[str, Any]) -> None:
         """A per-step row in steps.jsonl (rank 0's values; run.log_every_steps sets how often the built-in loop
