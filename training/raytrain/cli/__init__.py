@@ -204,13 +204,13 @@ def add_tune_and_data_commands(sub, config_command: Callable) -> None:
     tune.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else an embedded local Ray)")
 
     data = sub.add_parser("data", help="download/stage a dataset ahead of training (cifar10, mnist)")
-    data.add_argument("dataset", choices=["cifar10", "mnist"])
+    data.add_argument("dataset", choices=["cifar10", "mnist"], help="the dataset to stage")
     data.add_argument("--root", default="./runs/datasets", metavar="DIR",
                       help="datasets directory: <storage>/datasets of the runs that use it (default: ./runs/datasets)")
     data.add_argument("--to-parquet", metavar="DIR", help="cifar10: also write the Parquet form (for data.loader=ray)")
     data.add_argument("--synthetic", action="store_true", help="cifar10: generated CIFAR-shaped data (offline)")
-    data.add_argument("--synthetic-train", type=int, default=50000, metavar="N")
-    data.add_argument("--synthetic-val", type=int, default=10000, metavar="N")
+    data.add_argument("--synthetic-train", type=int, default=50000, metavar="N", help="--synthetic: training images")
+    data.add_argument("--synthetic-val", type=int, default=10000, metavar="N", help="--synthetic: validation images")
     data.set_defaults(func=cmd_data)
 
 
@@ -463,36 +463,37 @@ def add_cluster_command(sub) -> None:
     def node_args(p):
         p.add_argument("--temp-dir", default="/tmp/raytrain-node", help="this node's Ray temp dir and records")
         p.add_argument("--node-ip", default=None, help="address the other nodes reach this one at")
-        p.add_argument("--num-cpus", type=float, default=None)
+        p.add_argument("--num-cpus", type=float, default=None, help="CPUs this node offers Ray (default: all)")
         p.add_argument("--token-file", default=None, help="the cluster's auth token (default: TEMP_DIR/auth_token)")
         p.add_argument("--no-auth", action="store_true", help="turn Ray token auth off (not recommended)")
         p.add_argument("--free-ports", action="store_true", help="pick free ports instead of Ray's defaults")
 
     head = actions.add_parser("head", help="start the head node here")
     node_args(head)
-    head.add_argument("--port", type=int, default=6379)
-    head.add_argument("--dashboard-port", type=int, default=8265)
+    head.add_argument("--port", type=int, default=6379, help="the GCS port workers join")
+    head.add_argument("--dashboard-port", type=int, default=8265, help="the dashboard and job API port")
     join = actions.add_parser("join", help="start a worker node here that joins HEAD:PORT")
-    join.add_argument("address", metavar="HEAD:PORT")
+    join.add_argument("address", metavar="HEAD:PORT", help="the head's address and GCS port")
     node_args(join)
     status = actions.add_parser("status", help="the cluster's nodes and resources")
-    status.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
-    status.add_argument("--token-file", default=None)
+    status.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT", help="the head's dashboard")
+    status.add_argument("--token-file", default=None, help="the cluster's auth token file")
     submit = actions.add_parser("submit", help="run the training package on the cluster, as the RayJob does")
     submit.add_argument("config", metavar="CONFIG", help="run config YAML or preset name")
-    submit.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
+    submit.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT",
+                        help="the head's dashboard (job API)")
     submit.add_argument("--name", required=True, help="run name (same name resumes)")
     submit.add_argument("--storage", default="/mnt/shared/runs", help="shared storage path on every node")
-    submit.add_argument("--token-file", default=None)
+    submit.add_argument("--token-file", default=None, help="the cluster's auth token file")
     stop = actions.add_parser("stop", help="stop the node started from TEMP_DIR, or an emulated cluster rte<id>")
     stop.add_argument("target", metavar="TEMP_DIR|RUN_ID")
     kill = actions.add_parser("kill-node", help="SIGKILL one node of an emulated cluster (failure drills)")
-    kill.add_argument("run_id")
-    kill.add_argument("node")
+    kill.add_argument("run_id", help="the emulated cluster, rte<id>")
+    kill.add_argument("node", help="its node, e.g. worker-0")
     delete = actions.add_parser("delete-node", help="delete one node of an emulated cluster as kubelet deletes a pod: "
                                                     "its preStop hook, SIGTERM, SIGKILL after the grace period")
-    delete.add_argument("run_id")
-    delete.add_argument("node")
+    delete.add_argument("run_id", help="the emulated cluster, rte<id>")
+    delete.add_argument("node", help="its node, e.g. worker-0")
     delete.add_argument("--grace", type=float, default=None, metavar="SECONDS",
                         help="as kubectl delete pod --grace-period (default: the pod's terminationGracePeriodSeconds)")
     delete.add_argument("--pending", type=_duration, default=0.0, metavar="SECONDS",
@@ -501,7 +502,7 @@ def add_cluster_command(sub) -> None:
     for name, value, why in (("suspend", "true", "Kueue's preemption"), ("unsuspend", "false", "its readmission")):
         patch = actions.add_parser(name, help=f"set spec.suspend {value} on the RayJob a running `raytrain emulate` "
                                               f"runs, as `kubectl patch rayjob` ({why})")
-        patch.add_argument("run_id", metavar="RUN_ID")
+        patch.add_argument("run_id", metavar="RUN_ID", help="the emulated cluster, rte<id>")
     cluster.set_defaults(func=cmd_cluster)
 
 
@@ -549,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     presets.set_defaults(func=cmd_presets)
 
     validate = sub.add_parser("validate", help="check values files, charts and manifests before they reach a cluster")
-    validate.add_argument("paths", nargs="+", metavar="PATH")
+    validate.add_argument("paths", nargs="+", metavar="PATH",
+                          help="values files, charts, kustomization directories and manifests")
     validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     validate.add_argument("--values", metavar="VALUES.yaml",
                           help="chart values a clusterSelector RayJob's target cluster is rendered with "
