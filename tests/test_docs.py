@@ -12,6 +12,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,32 @@ def test_the_committed_reference_pages_are_what_the_code_generates():
     stale = [str(path) for path, text in docs_reference().render().items()
              if not (REPO / path).exists() or (REPO / path).read_text() != text]
     assert not stale, f"{stale} differ from the code: run scripts/docs-reference and commit the result"
+
+
+def test_the_script_rewrites_a_stale_page_and_check_names_it(tmp_path, monkeypatch, capsys):
+    module = docs_reference()
+    chart = tmp_path / "helm" / "raytrain-cluster"
+    chart.mkdir(parents=True)
+    shutil.copy(REPO / "helm" / "raytrain-cluster" / "values.yaml", chart)
+    shutil.copytree(REPO / "docs" / "reference", tmp_path / "docs" / "reference")
+    monkeypatch.setattr(module, "REPO", tmp_path)
+    assert module.main(["--check"]) == 0
+    stale = tmp_path / "docs" / "reference" / "config.md"
+    stale.write_text(stale.read_text().replace("passes over the training set", "passes over the data"))
+    assert module.main(["--check"]) == 1
+    assert "docs/reference/config.md differ from the code: run scripts/docs-reference" in capsys.readouterr().err
+    assert module.main([]) == 0 and module.main(["--check"]) == 0  # rewritten
+    assert module.main(["--frobnicate"]) == 2
+
+
+def test_the_script_has_a_usage_line_and_passes_shellcheck():
+    from tests.support.tools import require_tool
+
+    usage = subprocess.run(["scripts/docs-reference", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: scripts/docs-reference [--check]")
+    lint = subprocess.run([require_tool("shellcheck"), "scripts/docs-reference"], cwd=REPO, capture_output=True,
+                          text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def test_every_run_config_key_and_cli_argument_has_a_meaning():
