@@ -1,7 +1,7 @@
 """The site's reference pages, generated from the code so that they cannot drift (scripts/docs-reference runs it):
 
   docs/reference/cli.md           every command and flag, from the `raytrain` argparse parser itself
-  docs/reference/config.md        every run-config key with its type, default and meaning, from config.py's
+  docs/reference/config.md        every run-config key with its type, default and meaning, from spec/sections.py's
                                   dataclasses (types and constraints through pydantic, meanings from their comments)
   docs/reference/chart-values.md  the chart's values, from values.yaml's `## @param` annotations and its defaults
 
@@ -114,7 +114,7 @@ def cli_reference() -> str:
 
     parser = cli.build_parser()
     parser.prog = "raytrain"
-    out = [HEADER.format(source="the `raytrain` argparse parser (training/raytrain/cli.py)"),
+    out = [HEADER.format(source="the `raytrain` argparse parser (training/raytrain/cli/__init__.py)"),
            "# CLI reference\n",
            "Every `raytrain` command with its arguments, as `raytrain COMMAND --help` prints them. A config-taking "
            "command's `CONFIG` is a run-config file or a preset name ([run config reference](config.md)).\n"]
@@ -204,12 +204,12 @@ _DATACLASSES: dict[str, type] = {}
 
 
 def config_reference() -> str:
-    from raytrain import config
+    from raytrain.spec import config, sections
 
-    for name, value in vars(config).items():
+    for name, value in vars(sections).items():
         if dataclasses.is_dataclass(value) and isinstance(value, type):
             _DATACLASSES[name] = value
-    out = [HEADER.format(source="the run config's dataclasses (training/raytrain/config.py)"),
+    out = [HEADER.format(source="the run config's dataclasses (training/raytrain/spec/sections.py)"),
            "# Run config reference\n",
            "A run config is YAML in sections. Values resolve in this order, later winning: the defaults below, "
            "the file (or preset), its `smoke:` block with `--smoke-test`, then each `--set KEY=VALUE` "
@@ -223,11 +223,11 @@ def config_reference() -> str:
            "[your own code](../guides/own-code.md).\n",
            "| section | meaning |\n|---|---|\n" + "\n".join(
                f"| `{f.name}` | {cell(m)} |" for f, m in
-               ((f, _comments(config.RunConfig).get(f.name, "")) for f in dataclasses.fields(config.RunConfig))
+               ((f, _comments(sections.RunConfig).get(f.name, "")) for f in dataclasses.fields(sections.RunConfig))
                if f.name in ("model", "data", "loop"))
-           + f"\n| `data.loader` | {cell(_comments(config.DataSection)['loader'])} |\n",
+           + f"\n| `data.loader` | {cell(_comments(sections.DataSection)['loader'])} |\n",
            ]
-    queue = [("train", config.TrainSection), ("scaling", config.ScalingSection), ("run", config.RunSection)]
+    queue = [("train", sections.TrainSection), ("scaling", sections.ScalingSection), ("run", sections.RunSection)]
     while queue:
         prefix, cls = queue.pop(0)
         table, nested = _section_table(prefix, cls)
@@ -235,12 +235,10 @@ def config_reference() -> str:
         out.append(table)
         queue[0:0] = nested
     out.append("## Presets\n")
-    from raytrain.cli import preset_summary
-
     out.append("`CONFIG` may name one of these instead of a file (`raytrain presets` lists them; each file in "
                "`training/raytrain/configs/` says more).\n")
     out.append("| preset | what |\n|---|---|\n" + "\n".join(
-        f"| `{name}` | {cell(preset_summary((config.PRESETS_DIR / f'{name}.yaml').read_text(), name))} |"
+        f"| `{name}` | {cell(config.preset_summary(name))} |"
         for name in config.preset_names()) + "\n")
     return "\n".join(out)
 

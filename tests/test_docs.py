@@ -159,9 +159,9 @@ def check_command(command: str) -> str | None:
     """None when `raytrain COMMAND` parses with the real parser and, for a config-taking command, its CONFIG (a
     preset, or a file that exists here) loads with its --set, --name and --storage; else what is wrong."""
     from raytrain.cli import build_parser
-    from raytrain.config import PRESETS_DIR, load_config
+    from raytrain.spec.config import PRESETS_DIR, load_config
     from raytrain.errors import RaytrainError
-    from raytrain.run_options import config_overrides
+    from raytrain.spec.run_options import config_overrides
 
     argv = shlex.split(command)
     if any("|" in a and not a.startswith(("s3:", "gs:")) for a in argv):  # `suspend|unsuspend`: alternatives

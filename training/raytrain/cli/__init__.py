@@ -263,24 +263,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from raytrain.spec.config import PRESETS_DIR, preset_names
+    from raytrain.spec.config import preset_names, preset_summary
 
     for name in preset_names():
-        summary = preset_summary((PRESETS_DIR / f"{name}.yaml").read_text(), name)
-        print(textwrap.fill(f"{name:14s} {summary}", width=110, subsequent_indent=" " * 15, break_on_hyphens=False))
+        print(textwrap.fill(f"{name:14s} {preset_summary(name)}", width=110, subsequent_indent=" " * 15,
+                            break_on_hyphens=False))
     return EXIT_OK
-
-
-def preset_summary(text: str, name: str) -> str:
-    """A preset's opening comment paragraph, whole (its first line alone stops mid-sentence), without the
-    "name: " it starts with."""
-    lines = []
-    for line in text.splitlines():
-        if not line.startswith("#") or not line.lstrip("#").strip():
-            break
-        lines.append(line.lstrip("#").strip())
-    summary = " ".join(lines)
-    return summary[len(name) + 1:].strip() if summary.startswith(f"{name}:") else summary
 
 
 def _duration(text: str) -> float:
