@@ -107,6 +107,15 @@ def environment_lines(docstring: str) -> list[str]:
     return [f"| `{name}` | {cell(meaning)} |" for name, meaning in entries]
 
 
+def _error_kinds() -> list[type]:
+    """raytrain.errors' exception classes, base first, each before its subclasses."""
+    from raytrain import errors
+
+    kinds = [value for value in vars(errors).values()
+             if isinstance(value, type) and issubclass(value, errors.RaytrainError)]
+    return sorted(kinds, key=lambda cls: (len(cls.__mro__), cls.__name__))
+
+
 def cli_reference() -> str:
     # argparse wraps usage lines at the terminal's width: a fixed one keeps the page the same everywhere.
     os.environ["COLUMNS"] = "110"
@@ -119,6 +128,13 @@ def cli_reference() -> str:
            "Every `raytrain` command with its arguments, as `raytrain COMMAND --help` prints them. A config-taking "
            "command's `CONFIG` is a run-config file or a preset name ([run config reference](config.md)).\n"]
     _command_section(["raytrain"], "", parser, out)
+    out.append("## Exit statuses\n")
+    out.append("An expected failure ends with one paragraph naming what is wrong and the fix, and an exit status by "
+               "its kind (`raytrain.errors`).\n")
+    out.append("| status | kind | when |\n|---|---|---|\n| `0` | success | the command did what it was asked |\n" + "\n".join(
+        f"| `{cls.exit_code}` | `{cls.__name__}` | {cell(inspect.getdoc(cls) or '')} |" for cls in _error_kinds())
+        + "\n| `130`, `143` | a signal | Ctrl-C (SIGINT) or SIGTERM: a run checkpoints at its next step and stops; "
+        "`result.json` says `stopped` ([checkpoints and resume](../guides/checkpoints.md)) |\n")
     out.append("## Environment\n")
     out.append("What the CLI reads from the environment (nothing below it reads a setting of raytrain's from "
                "there).\n")
