@@ -14,7 +14,7 @@ from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_t
 
 class Sequences(Dataset):
     """Random token sequences labelled by whether their first token is in the lower half of the vocabulary:
-    generated, and learnable in a few epochs."""
+    generated here, nothing downloaded."""
 
     def __init__(self, num_samples: int, length: int = 16, vocab: int = 32, seed: int = 0):
         generator = torch.Generator().manual_seed(seed)
