@@ -201,7 +201,7 @@ def test_the_validator_and_cluster_need_at_most_the_kube_extra():
 
 # ---------------------------------------------------------------------------------------------- cited paths
 
-CITING = [REPO / "README.md", REPO / "pyproject.toml", *sorted((REPO / "docs").glob("*.md"))]
+CITING = [REPO / "README.md", REPO / "pyproject.toml", *sorted((REPO / "docs").rglob("*.md"))]
 # A repository path: a top-level folder of the repository, then at least one more part (not a pattern such as
 # tests/test_<room>.py).
 CITED = re.compile(r"(?<![\w./-])((?:tests|scripts|training|docs|helm|manifests|images|examples|bench|\.ci)/"

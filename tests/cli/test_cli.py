@@ -184,3 +184,10 @@ def test_bad_elastic_and_emulation_settings_are_usage_errors(capsys, monkeypatch
         monkeypatch.setenv(name, value)
     code, said = _main(args, capsys)
     assert code == 2 and fragment in said, said
+
+
+def test_presets_lists_each_description_whole(raytrain):
+    """Each preset's opening paragraph, not its first line cut mid-sentence (issue 41)."""
+    listing = " ".join(raytrain("presets").stdout.split())
+    assert "Acceptance: final loss <= 0.09." in listing  # linear's second line
+    assert "nothing is materialised, so memory stays bounded" in listing  # streaming's third line

@@ -354,7 +354,7 @@ def test_fuzzed_queues_files_load_or_say_why(tmp_path):
 
 
 def test_the_standalone_rayjob_queued_as_the_readme_says_passes_and_fits(crd_dir, tmp_path):
-    """manifests/rayjob-standalone.yaml with the queue label and suspend: true (README, "Shared clusters")."""
+    """manifests/rayjob-standalone.yaml with the queue label and suspend: true (docs/guides/shared-clusters.md)."""
     docs = list(yaml.safe_load_all((REPO / "manifests" / "rayjob-standalone.yaml").read_text()))
     for doc in docs:
         if doc["kind"] == "RayJob":

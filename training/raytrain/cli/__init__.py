@@ -22,14 +22,15 @@ May import: every room (each command imports what it uses when it runs)
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable, Optional
 
 from raytrain import __version__
 from raytrain.errors import EXIT_FAILED, EXIT_USAGE, RaytrainError, UsageError
+from raytrain.cli import cluster
 from raytrain.rundir import console, storage, storagecheck
 from raytrain.spec.run_options import add_address_option, add_config_options, add_lease_option, config_overrides
 
@@ -204,13 +205,13 @@ def add_tune_and_data_commands(sub, config_command: Callable) -> None:
     tune.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else an embedded local Ray)")
 
     data = sub.add_parser("data", help="download/stage a dataset ahead of training (cifar10, mnist)")
-    data.add_argument("dataset", choices=["cifar10", "mnist"])
+    data.add_argument("dataset", choices=["cifar10", "mnist"], help="the dataset to stage")
     data.add_argument("--root", default="./runs/datasets", metavar="DIR",
                       help="datasets directory: <storage>/datasets of the runs that use it (default: ./runs/datasets)")
     data.add_argument("--to-parquet", metavar="DIR", help="cifar10: also write the Parquet form (for data.loader=ray)")
     data.add_argument("--synthetic", action="store_true", help="cifar10: generated CIFAR-shaped data (offline)")
-    data.add_argument("--synthetic-train", type=int, default=50000, metavar="N")
-    data.add_argument("--synthetic-val", type=int, default=10000, metavar="N")
+    data.add_argument("--synthetic-train", type=int, default=50000, metavar="N", help="--synthetic: training images")
+    data.add_argument("--synthetic-val", type=int, default=10000, metavar="N", help="--synthetic: validation images")
     data.set_defaults(func=cmd_data)
 
 
@@ -261,23 +262,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from raytrain.spec.config import PRESETS_DIR, preset_names
+    from raytrain.spec.config import preset_names, preset_summary
 
     for name in preset_names():
-        first = (PRESETS_DIR / f"{name}.yaml").read_text().splitlines()[0].lstrip("# ")
-        print(f"{name:14s} {first}")
+        print(textwrap.fill(f"{name:14s} {preset_summary(name)}", width=110, subsequent_indent=" " * 15,
+                            break_on_hyphens=False))
     return EXIT_OK
-
-
-def _duration(text: str) -> float:
-    """A number of seconds, 0 or more (argparse: a bad one is a usage error naming the option)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds, 0 or more")
-    return value
 
 
 def _crd_dir(args: argparse.Namespace) -> Path:
@@ -366,130 +356,6 @@ def add_drain_command(sub) -> None:
     drain.set_defaults(func=cmd_drain)
 
 
-def cmd_cluster(args: argparse.Namespace) -> int:
-    """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (cluster/vmnode.py)."""
-    from raytrain.cluster import localcluster, pods, raynode, vmnode
-    from raytrain.cluster.dashboard import alive_nodes, wait_dashboard
-    from raytrain.cluster.raynode import ClusterError, Ports
-
-    try:
-        if args.action in ("head", "join"):
-            from ray._private.services import get_node_ip_address
-
-            ports = Ports.pick() if args.free_ports else Ports()
-            if args.action == "head":
-                ports.gcs, ports.dashboard = args.port, args.dashboard_port
-            record = vmnode.start_vm_node(
-                head_address=args.address if args.action == "join" else None, temp_dir=Path(args.temp_dir),
-                node_ip=args.node_ip or get_node_ip_address(), num_cpus=args.num_cpus,
-                token_file=Path(args.token_file) if args.token_file else None, ports=ports, auth=not args.no_auth)
-            if record["head"]:
-                token = f" --token-file {record['token_file']}" if record["token_file"] else ""
-                print(f"head started (pid {record['pid']}): GCS {record['gcs_address']}, dashboard "
-                      f"{record['dashboard_url']}\n  on each worker machine: raytrain cluster join "
-                      f"{record['gcs_address']}{token}"
-                      + (f"\n  (copy {record['token_file']} there first)" if token else ""))
-            else:
-                print(f"worker started (pid {record['pid']}), joined {record['gcs_address']}")
-            return EXIT_OK
-        if args.action == "stop":
-            target = args.target
-            if localcluster.is_run_id(target):
-                ok = localcluster.stop_run(target)
-            else:
-                ok = vmnode.stop_vm_node(Path(target))
-            print(f"stopped {target}" if ok else f"nothing to stop at {target}")
-            return EXIT_OK if ok else EXIT_FAILED
-        if args.action == "kill-node":
-            pids = pods.kill_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node)
-            print(f"killed {len(pids)} processes of {args.node}")
-            return EXIT_OK
-        if args.action in ("suspend", "unsuspend"):  # kubectl patch rayjob ... spec.suspend, for `raytrain emulate`
-            from raytrain.cluster.rayjobfile import RayJobError
-            from raytrain.cluster.suspend import set_suspend
-
-            try:
-                print(set_suspend(args.run_id, args.action == "suspend"))
-            except RayJobError as err:
-                _error(f"cluster {args.action}: {err}")
-                return EXIT_FAILED
-            return EXIT_OK
-        if args.action == "delete-node":
-            outcome = pods.delete_node(localcluster.RUN_ROOT / args.run_id / "state.json", args.node,
-                                               grace=args.grace, out=sys.stdout, pending_s=args.pending)
-            if outcome["pre_stop_output"].strip():
-                print(outcome["pre_stop_output"].rstrip())
-            return EXIT_OK
-        token = Path(args.token_file).read_text().strip() if args.token_file else None
-        if args.action == "status":
-            wait_dashboard(args.address, token, 30)
-            for node in alive_nodes(args.address, token):
-                print(f"{node['node_ip']:<16} {'head' if node.get('is_head_node') else 'worker':<7} "
-                      f"{node.get('resources_total')}")
-            return EXIT_OK
-        env = raynode.bare_environ(os.environ)
-        if args.token_file:
-            env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(Path(args.token_file).absolute()))
-        return vmnode.submit_training(args.config, args.address, args.name, args.storage, env)
-    except (ClusterError, OSError) as err:
-        _error(f"cluster {args.action}: {err}")
-        return EXIT_FAILED
-
-
-def add_cluster_command(sub) -> None:
-    cluster = sub.add_parser("cluster", help="Ray on plain machines (VMs, a laptop): start a head, join workers, "
-                                             "status, submit a run as the RayJob does, stop",
-                             description="Ray on plain machines. Token auth is on by default: `head` writes "
-                                         "TEMP_DIR/auth_token; copy it to every machine that joins or submits. Every "
-                                         "machine needs the same shared storage at the same path (e.g. NFS at "
-                                         "/mnt/shared).")
-    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-
-    def node_args(p):
-        p.add_argument("--temp-dir", default="/tmp/raytrain-node", help="this node's Ray temp dir and records")
-        p.add_argument("--node-ip", default=None, help="address the other nodes reach this one at")
-        p.add_argument("--num-cpus", type=float, default=None)
-        p.add_argument("--token-file", default=None, help="the cluster's auth token (default: TEMP_DIR/auth_token)")
-        p.add_argument("--no-auth", action="store_true", help="turn Ray token auth off (not recommended)")
-        p.add_argument("--free-ports", action="store_true", help="pick free ports instead of Ray's defaults")
-
-    head = actions.add_parser("head", help="start the head node here")
-    node_args(head)
-    head.add_argument("--port", type=int, default=6379)
-    head.add_argument("--dashboard-port", type=int, default=8265)
-    join = actions.add_parser("join", help="start a worker node here that joins HEAD:PORT")
-    join.add_argument("address", metavar="HEAD:PORT")
-    node_args(join)
-    status = actions.add_parser("status", help="the cluster's nodes and resources")
-    status.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
-    status.add_argument("--token-file", default=None)
-    submit = actions.add_parser("submit", help="run the training package on the cluster, as the RayJob does")
-    submit.add_argument("config", metavar="CONFIG", help="run config YAML or preset name")
-    submit.add_argument("--address", required=True, metavar="http://HEAD:DASHBOARD_PORT")
-    submit.add_argument("--name", required=True, help="run name (same name resumes)")
-    submit.add_argument("--storage", default="/mnt/shared/runs", help="shared storage path on every node")
-    submit.add_argument("--token-file", default=None)
-    stop = actions.add_parser("stop", help="stop the node started from TEMP_DIR, or an emulated cluster rte<id>")
-    stop.add_argument("target", metavar="TEMP_DIR|RUN_ID")
-    kill = actions.add_parser("kill-node", help="SIGKILL one node of an emulated cluster (failure drills)")
-    kill.add_argument("run_id")
-    kill.add_argument("node")
-    delete = actions.add_parser("delete-node", help="delete one node of an emulated cluster as kubelet deletes a pod: "
-                                                    "its preStop hook, SIGTERM, SIGKILL after the grace period")
-    delete.add_argument("run_id")
-    delete.add_argument("node")
-    delete.add_argument("--grace", type=float, default=None, metavar="SECONDS",
-                        help="as kubectl delete pod --grace-period (default: the pod's terminationGracePeriodSeconds)")
-    delete.add_argument("--pending", type=_duration, default=0.0, metavar="SECONDS",
-                        help="the pod recreated for it stays Pending this long before `raytrain emulate` starts it "
-                             "(no room for it, as while an autoscaler brings a node up; default 0)")
-    for name, value, why in (("suspend", "true", "Kueue's preemption"), ("unsuspend", "false", "its readmission")):
-        patch = actions.add_parser(name, help=f"set spec.suspend {value} on the RayJob a running `raytrain emulate` "
-                                              f"runs, as `kubectl patch rayjob` ({why})")
-        patch.add_argument("run_id", metavar="RUN_ID")
-    cluster.set_defaults(func=cmd_cluster)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raytrain", description="Distributed PyTorch training with Ray Train, on KubeRay or a laptop."
@@ -534,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     presets.set_defaults(func=cmd_presets)
 
     validate = sub.add_parser("validate", help="check values files, charts and manifests before they reach a cluster")
-    validate.add_argument("paths", nargs="+", metavar="PATH")
+    validate.add_argument("paths", nargs="+", metavar="PATH",
+                          help="values files, charts, kustomization directories and manifests")
     validate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS); "
                           "other operators' CRD files in it check their kinds too")
     validate.add_argument("--values", metavar="VALUES.yaml",
@@ -560,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "job against an earlier emulation's runs)")
     emulate.add_argument("--crds", metavar="DIR", help="KubeRay CRD directory (default: $RAYTRAIN_KUBERAY_CRDS)")
     emulate.set_defaults(func=cmd_emulate)
-    add_cluster_command(sub)
+    cluster.add_cluster_command(sub)
     add_drain_command(sub)
     for command in sub.choices.values():  # after the command too, as `raytrain run digits --log-format json`
         command.add_argument("--log-format", choices=console.FORMATS, default=argparse.SUPPRESS, help=LOG_FORMAT_HELP)

@@ -61,6 +61,18 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+def preset_summary(name: str) -> str:
+    """A preset's opening comment paragraph, whole (its first line alone stops mid-sentence), without the
+    "name: " it starts with (`raytrain presets`, the run-config reference)."""
+    lines = []
+    for line in (PRESETS_DIR / f"{name}.yaml").read_text().splitlines():
+        if not line.startswith("#") or not line.lstrip("#").strip():
+            break
+        lines.append(line.lstrip("#").strip())
+    summary = " ".join(lines)
+    return summary[len(name) + 1:].strip() if summary.startswith(f"{name}:") else summary
+
+
 def _is_file(path: Path) -> bool:
     """is_file() for any name a user can type: one too long for the OS, or with a NUL in it, is no file."""
     try:

@@ -70,6 +70,7 @@ WorkerCount = Annotated[Union[int, list[int]], BeforeValidator(_worker_count)]
 
 @dataclass
 class TrainSection:
+    # passes over the training set
     epochs: Annotated[int, Field(gt=0), _at_most(MAX_EPOCHS, "a number of epochs", "more passes than any run makes "
                                                  "(a larger number is a typo, and a run of them never ends)")] = 10
     # GLOBAL batch size per optimizer step; each of N workers gets batch_size / N
@@ -79,22 +80,24 @@ class TrainSection:
     # adam | adamw | sgd (built from lr, weight_decay, momentum below), or a component:
     # {_component_: torch.optim.AdamW, lr: 3e-4, betas: [0.9, 0.95]} (its own keys; lr etc. below then unused)
     optimizer: Union[Literal["adam", "adamw", "sgd"], dict] = "adamw"
-    lr: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1e-3
-    weight_decay: FiniteNonNegative = 0.0
+    lr: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1e-3  # the named optimizer's learning rate
+    weight_decay: FiniteNonNegative = 0.0  # the named optimizer's weight decay
     momentum: FiniteNonNegative = 0.9  # sgd only
     # an LR scheduler component, e.g. {_component_: torch.optim.lr_scheduler.CosineAnnealingLR, T_max: 1000,
     # interval: step}; interval: step (after every optimizer step) or epoch (default); restored on resume
     scheduler: Optional[dict] = None
     mixed_precision: Literal["auto", "off", "bf16", "fp16"] = "auto"  # auto: bf16 on GPU, off on CPU
     grad_clip: FiniteNonNegative = 0.0  # max global grad norm; 0 disables
-    seed: Seed = 0
+    seed: Seed = 0  # torch's seed (each worker's: seed + rank) and every epoch's sample order derive from it
     max_steps_per_epoch: Steps = 0  # 0 = the whole epoch; smoke runs cap it
     # intra-op threads per worker; 0 = derived from the worker's CPUs
     torch_threads: Annotated[int, Field(ge=0), _at_most(MAX_THREADS, "a number of threads", "torch starts every one "
                                                         "of them per worker, and more threads than cores only "
                                                         "slows a worker down (a million take the machine down)")] = 0
     # cross_entropy (classification: val_accuracy too) | mse | l1 | nll | an import path | {_component_: ..., kwargs};
-    # unset: the data source's own (mse for the regression sets), else cross_entropy
+    # unset: the data source's own (mse for the regression sets), else cross_entropy. The built-in loop calls it as
+    # loss(model(x), y) -> a scalar tensor (the mean over the batch); a class is built once with the kwargs, a
+    # function gets them on every call after (input, target)
     loss: Optional[Union[str, dict]] = None
 
 
@@ -106,7 +109,7 @@ class ScalingSection:
     num_workers: WorkerCount = 2
     # elastic: how often Ray Train looks for room to grow the running group (Ray's elastic_resize_monitor_interval_s)
     elastic_resize_monitor_interval_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 60.0
-    use_gpu: bool = False
+    use_gpu: bool = False  # train on GPUs: each worker gets gpus_per_worker of them
     # auto: fit the workers into the cluster, <= 1 each
     cpus_per_worker: Union[Literal["auto"], Annotated[float, Field(gt=0, allow_inf_nan=False)]] = "auto"
     gpus_per_worker: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0  # only with use_gpu
@@ -152,7 +155,7 @@ class MlflowTracking:
 
 @dataclass
 class WandbTracking:
-    project: str
+    project: str  # the W&B project the run is logged to
     entity: Optional[str] = None  # a team or user; unset: the API key's default entity
     mode: Literal["online", "offline"] = "online"  # offline: files only, uploaded later with `wandb sync`
     dir: Optional[str] = None  # where W&B writes its files; unset: W&B's own (WANDB_DIR, else the working directory)
@@ -160,8 +163,8 @@ class WandbTracking:
 
 @dataclass
 class TrackingSection:
-    mlflow: Optional[MlflowTracking] = None
-    wandb: Optional[WandbTracking] = None
+    mlflow: Optional[MlflowTracking] = None  # {uri, experiment}: one MLflow run per raytrain run
+    wandb: Optional[WandbTracking] = None  # {project, entity, mode, dir}: one W&B run per raytrain run
     sync_every_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 5.0  # how often points are sent
 
     def trackers(self) -> list[str]:
@@ -221,9 +224,9 @@ SCHEDULER_INTERVALS = ("epoch", "step")
 @dataclass
 class RunConfig:
     model: Optional[Component]  # None: the loop builds its own (a loop that needs it says so: `requires`)
-    data: Optional[DataSection]
+    data: Optional[DataSection]  # {_component_: returns {"train": ..., "val": ...}, loader: torch | ray, its kwargs}
     loss: Component
-    loop: Component
+    loop: Component  # the per-worker training function; default raytrain.loop.train_loop
     train: TrainSection = field(default_factory=TrainSection)
     scaling: ScalingSection = field(default_factory=ScalingSection)
     run: RunSection = field(default_factory=RunSection)

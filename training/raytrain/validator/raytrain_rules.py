@@ -78,7 +78,7 @@ def check_local_build_image(doc: Doc) -> list[Problem]:
                         "push your image (IMAGE=registry.example.com/you/raytrain scripts/build-image --push) and "
                         f"name it with kustomize: a kustomization.yaml beside the manifest with `images: [{{name: "
                         f"{LOCAL_BUILD_IMAGE}, newName: registry.example.com/you/raytrain}}]`, then kubectl apply -k "
-                        "(README: On Kubernetes)", severity="note")]
+                        "(docs/get-started/first-cluster.md)", severity="note")]
 
 
 def image_ray_version(image: Any) -> str | None:
@@ -440,8 +440,8 @@ def _check_storage(job: Doc, storage: str, cluster: Doc, cluster_spec: dict) -> 
         return _check_bucket(job, storage, bucket_url, where) + _check_local_disk(job, cluster, cluster_spec)
     mounts = shared_mounts(cluster_spec)
     bucket_fix = (f"pass --storage {bucket_url.rstrip('/')} (the bucket of the chart's objectStorage.url)" if bucket_url
-                  else "pass --storage s3://BUCKET/PREFIX or gs://BUCKET/PREFIX, a bucket every pod reaches (README: "
-                  "Object storage)")
+                  else "pass --storage s3://BUCKET/PREFIX or gs://BUCKET/PREFIX, a bucket every pod reaches (docs/guides/"
+                  "object-storage.md)")
     if not mounts:
         return [job.problem("spec.entrypoint", f"{where} mounts no persistent volume on every group, so checkpoints "
                             "cannot be shared and a retried run cannot resume.", f"{bucket_fix}; or enable the chart's "
