@@ -160,6 +160,7 @@ def test_one_mlflow_run_across_a_killed_driver_and_a_resubmitted_rayjob(tmp_path
         assert result["tracking"] == {"mlflow": run.info.run_id} and result["resumed_from_epoch"] == committed
 
 
+@pytest.mark.serial  # it compares two runs' times: another test's load between them would skew that
 def test_a_tracker_that_is_down_costs_training_nothing_and_gets_the_points_later(tmp_path):
     """Nothing listens on the tracker's port while `raytrain local` trains: it finishes in its usual time, saying
     once that MLflow is down and how the points get there. With the server up, `raytrain track` sends them; the
