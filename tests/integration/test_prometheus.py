@@ -29,8 +29,8 @@ from raytrain.cluster.raynode import free_port
 from raytrain.platform.processes import kill_pids
 from tests.support.tools import require_tool
 
-# With test_workloads on one xdist worker: they share its session's Ray head.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray_head")]
+# One xdist worker runs the module's tests: its Prometheus and its trained run are module fixtures, started once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("prometheus")]
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "helm" / "raytrain-cluster" / "dashboards" / "raytrain.json"

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-# One xdist worker runs every test of the session's shared head (test_prometheus too): one head start for them all.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("ray_head")]
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
