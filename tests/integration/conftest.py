@@ -47,8 +47,12 @@ def ray_head(tmp_path_factory) -> RayHead:
     stopped afterwards (those under its temp dir), never another Ray on the machine."""
     temp_dir = f"/tmp/rth{secrets.token_hex(3)}"  # short: Ray's socket paths under it must stay within 107 bytes
     ports = raynode.Ports.pick()
+    # Its workers' ports (and a joining driver's) from a window of its own: in Ray's default range (10002-19999),
+    # which every other Ray on the machine also uses, a driver died binding a port another process held.
+    low = 20000 + 1000 * secrets.randbelow(10)
     head = shape.NodeSpec(name="head", group="head", head=True, num_cpus=2,
-                          params={"object-store-memory": str(HEAD_OBJECT_STORE_BYTES)})
+                          params={"object-store-memory": str(HEAD_OBJECT_STORE_BYTES), "min-worker-port": str(low),
+                                  "max-worker-port": str(low + 999)})
     cmd = raynode.ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
                                     head_address=None, dashboard_host="127.0.0.1")
     env = {**raynode.bare_environ(os.environ), "RAY_metrics_report_interval_ms": str(HEAD_METRICS_REPORT_MS)}
