@@ -1,6 +1,7 @@
 """training/raytrain/driver/tracking.py: which rows are final, each sent once across syncs and attempts, a tracker that is
 down or slow, the fence, tracking.json, and `raytrain track`'s refusals. The trackers here are fakes that record what
-they are sent; the real MLflow server and W&B's offline files are in tests/integration/test_tracking.py."""
+they are sent; MLflow's own tracker on MLflow's SQLite store is the last test here; the real MLflow server and W&B's
+offline files are in tests/integration/test_tracking.py."""
 
 from __future__ import annotations
 
@@ -296,3 +297,34 @@ def test_track_refuses_a_directory_without_a_tracker(raytrain, tmp_path, made, f
     assert done.returncode == 2, done
     for fragment in fragments:
         assert fragment in done.stderr, done.stderr
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy's, inside MLflow's store
+# No Ray and no server, so the unit tier; MLflow's first SQLite store runs its schema migrations: seconds, and
+# more than the unit limit on a loaded machine.
+@pytest.mark.timeout(180)
+def test_an_mlflow_run_created_just_before_a_kill_is_found_again_and_asked_what_it_holds(tmp_path):
+    """The MLflow tracker itself, on MLflow's own SQLite store (no server needed for this): a kill between creating
+    the run and saving its id in tracking.json leaves only the uid saved; the next attempt finds that run by its
+    uid tag instead of making a second one, logs the config once, and learns the newest epoch it holds."""
+    pytest.importorskip("mlflow", reason="the dev extra's mlflow (pip install -e '.[dev]')")
+    from mlflow.tracking import MlflowClient
+
+    from raytrain.driver.tracking import Mlflow
+    from raytrain.spec.sections import MlflowTracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("found")
+    made = client.create_run(experiment, tags={"raytrain.uid": "u-1"}).info.run_id
+    state = {"uid": "u-1", "config": {"train": {"lr": 0.01}}}
+    saved = []
+    tracker = Mlflow(MlflowTracking(uri=uri, experiment="found"), "killed", tmp_path)
+    assert tracker.open(state, lambda: saved.append(dict(state))) == 0
+    assert state["run_id"] == made and state["config_logged"] and "config" not in state
+    tracker.send([{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.25, "bad name!": 1.0}])
+    again = Mlflow(MlflowTracking(uri=uri, experiment="found"), "killed", tmp_path)
+    assert again.open(state, lambda: None) == 2  # what MLflow holds, whatever tracking.json says
+    assert [r.info.run_id for r in client.search_runs([experiment])] == [made]
+    assert client.get_run(made).data.params == {"train.lr": "0.01"}
+    assert sorted(client.get_run(made).data.metrics) == ["epoch", "train_loss"]  # an invalid name is not sent

@@ -19,7 +19,8 @@ import pytest
 
 from raytrain.cluster import localcluster, pods
 
-pytestmark = pytest.mark.integration
+# The module's cluster fixture is started once, on the one xdist worker that runs both its tests.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("drain_cluster")]
 
 REPO = Path(__file__).resolve().parents[2]
 GRACE_S = 30

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# Alone (scripts/test's serial pass): a head and three worker pods on 2 cores, and Ray Train's 30 s worker-group
+# start timeout (raytrain.elastic) must not be crowded out by another test's cluster.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = 24000  # ~3.5 s an epoch on 3 workers here

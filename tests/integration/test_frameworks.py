@@ -1,5 +1,5 @@
 """examples/frameworks: PyTorch Lightning, a Hugging Face Transformers Trainer and Hugging Face Accelerate, each
-written as Ray Train's own guide writes it, run by `raytrain run` unchanged on the embedded Ray, then run again
+written as Ray Train's own guide writes it, run by `raytrain run` unchanged on the session's shared Ray head, then run again
 under the same name with one epoch more: the second run resumes through ray.train.get_checkpoint() from the
 first one's newest committed checkpoint and records each report once. Each test is two short runs of 2 workers on
 generated data (docs/guides/lightning.md, transformers.md, accelerate.md say what each adds and where the
@@ -39,21 +39,23 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_a_framework_script_runs_unchanged_and_resumes_from_its_checkpoint(framework, tmp_path):
+def test_a_framework_script_runs_unchanged_and_resumes_from_its_checkpoint(framework, tmp_path, ray_head):
     config = FRAMEWORKS[framework]
     project = tmp_path / "project"
     shutil.copytree(REPO / "examples" / "frameworks", project)
     storage, run_dir = tmp_path / "runs", tmp_path / "runs" / framework
     epochs_key = "loop.train_loop_config.epochs"
 
-    raytrain(project, "run", config, "--name", framework, "--storage", str(storage), "--set", f"{epochs_key}=2")
+    # Both runs join the session's shared Ray head (tests/integration/conftest.py), as a driver joins a cluster
+    head = ("--address", ray_head.address)
+    raytrain(project, "run", config, "--name", framework, "--storage", str(storage), "--set", f"{epochs_key}=2", *head)
     first = json.loads((run_dir / "result.json").read_text())
     assert first["status"] == "succeeded" and first["resumed_from_epoch"] is None
     assert len(rows(run_dir)) == 2  # one row per report: one report per epoch
     committed = sorted(p.name for p in run_dir.glob("checkpoint_*"))
     assert committed, "each report carried a checkpoint: raytrain commits them into the run directory"
 
-    raytrain(project, "run", config, "--name", framework, "--storage", str(storage), "--set", f"{epochs_key}=3")
+    raytrain(project, "run", config, "--name", framework, "--storage", str(storage), "--set", f"{epochs_key}=3", *head)
     second = json.loads((run_dir / "result.json").read_text())
     assert second["status"] == "succeeded" and second["attempt"] == 2
     assert second["resumed_from_epoch"] == first["epochs_completed"]  # from the first run's newest checkpoint

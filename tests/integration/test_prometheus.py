@@ -4,7 +4,9 @@ run, as Grafana would ask for it (a range query over the run's time), and the va
 The same run's console output, with --log-format json, must parse line by line.
 
 Prometheus finds Ray's metrics endpoints the way Ray documents it: the service-discovery file Ray writes in its
-temp dir (prom_metrics_service_discovery.json), read through file_sd_configs.
+temp dir (prom_metrics_service_discovery.json), read through file_sd_configs. The node is the session's shared Ray
+head (tests/integration/conftest.py), whose processes report metrics every second; every query names this file's
+runs, so the other runs that joined the head do not count.
 
     .venv/bin/python -m pytest -m integration tests/integration/test_prometheus.py -v
 """
@@ -12,10 +14,7 @@ temp dir (prom_metrics_service_discovery.json), read through file_sd_configs.
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
-import shutil
 import subprocess
 import sys
 import time
@@ -26,18 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.cluster.dashboard import wait_dashboard
-from raytrain.cluster.raynode import Ports, free_port, ray_start_command
-from raytrain.platform.processes import kill_pids, pids_mentioning, tree_pids
-from raytrain.validator.shape import NodeSpec
+from raytrain.cluster.raynode import free_port
+from raytrain.platform.processes import kill_pids
 from tests.support.tools import require_tool
 
-pytestmark = pytest.mark.integration
+# One xdist worker runs the module's tests: its Prometheus and its trained run are module fixtures, started once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("prometheus")]
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "helm" / "raytrain-cluster" / "dashboards" / "raytrain.json"
 RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
-RAY = str(Path(sys.executable).parent / "ray")
 SCRAPE_S = 1
 EPOCHS = 6
 RUN = "prom-digits"
@@ -69,29 +66,9 @@ def wait_for(what: str, check, timeout: float, proc: subprocess.Popen | None = N
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    """One real Ray head node whose processes report metrics every second (Ray's default is 10 s)."""
-    temp_dir = f"/tmp/rtp{secrets.token_hex(3)}"
-    ports = Ports.pick()
-    head = NodeSpec(name="head", group="head", head=True, num_cpus=2)
-    cmd = ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
-                            head_address=None, dashboard_host="127.0.0.1")
-    log_path = tmp_path_factory.mktemp("ray") / "ray.log"
-    env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    try:
-        wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
-        yield {"address": f"127.0.0.1:{ports.gcs}", "temp_dir": Path(temp_dir), "metrics_port": ports.metrics}
-    finally:
-        kill_pids(tree_pids(proc.pid) + pids_mentioning(temp_dir))
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
 def prometheus(ray_head, tmp_path_factory):
     binary = require_tool("prometheus")
-    discovery = ray_head["temp_dir"] / "prom_metrics_service_discovery.json"
+    discovery = ray_head.temp_dir / "prom_metrics_service_discovery.json"
     wait_for(f"Ray's service-discovery file {discovery}", discovery.is_file, timeout=60)
     work = tmp_path_factory.mktemp("prometheus")
     config = work / "prometheus.yml"
@@ -125,7 +102,7 @@ def trained(ray_head, prometheus, tmp_path_factory):
     storage = tmp_path_factory.mktemp("runs")
     began = time.time()
     proc = subprocess.run(
-        [RAYTRAIN, "run", "digits", "--address", ray_head["address"], "--storage", str(storage), "--name", RUN,
+        [RAYTRAIN, "run", "digits", "--address", ray_head.address, "--storage", str(storage), "--name", RUN,
          "--set", f"train.epochs={EPOCHS}", "--set", "run.checkpoint_every=2", "--log-format", "json"],
         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
@@ -219,7 +196,7 @@ def test_a_resumed_run_reports_its_restart_and_resume(ray_head, prometheus, tmp_
     name = "prom-resume"
     began = time.time()
     for epochs in (2, 3):
-        proc = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head["address"], "--storage", str(tmp_path),
+        proc = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head.address, "--storage", str(tmp_path),
                                "--name", name, "--set", f"train.epochs={epochs}", "--set", "run.checkpoint_every=1"],
                               capture_output=True, text=True, timeout=300, cwd=REPO)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

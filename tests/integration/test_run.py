@@ -1,6 +1,8 @@
-"""`raytrain run` on a real embedded Ray: the linear acceptance, resume after a re-run and from a corrupted newest
-checkpoint, and the fail-fast paths (a killed worker is tests/integration/test_emulate.py's lost worker node).
-Each test drives the real CLI in a subprocess.
+"""`raytrain run` through the real CLI in a subprocess: the linear acceptance, resume after a re-run and from a
+corrupted newest checkpoint, and the fail-fast paths (a killed worker is tests/integration/test_emulate.py's lost
+worker node). The acceptance and digits runs join the session's shared Ray head (tests/integration/conftest.py),
+which saves each one Ray's start; the fail-fast runs start their embedded Ray (the failing model's imports the model
+from its working directory), as every other driver test does (test_attempt, test_fsdp, test_object_storage).
 
     .venv/bin/pytest -m integration tests/integration/test_run.py -v --durations=0
 """
@@ -30,8 +32,8 @@ def result_of(run_dir: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
 
 
-def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint_that_loads(tmp_path):
-    done = run("run", "linear", "--storage", str(tmp_path), "--name", "lin")
+def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint_that_loads(ray_head, tmp_path):
+    done = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--address", ray_head.address)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "lin"
     checks.assert_run_completed(run_dir, 60)
@@ -45,7 +47,8 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
     assert checks.checkpoint_epochs(run_dir)[-2:] == [55, 60]
     newest = next(run_dir.glob("checkpoint_epoch000060_*"))
     (newest / "state.pt").write_bytes(b"half a checkpoint")
-    again = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--set", "train.epochs=62")
+    again = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--set", "train.epochs=62",
+                "--address", ray_head.address)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "unreadable" in again.stdout + again.stderr and "falling back" in again.stdout + again.stderr
     checks.assert_run_completed(run_dir, 62)  # the redone epochs 56-60 are recorded once
@@ -55,6 +58,7 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
 
 
 def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):
+    # Embedded, as before the shared head: the one failure-path test here that needs no cluster of its own.
     began = time.time()
     done = run("run", "linear", "--storage", str(tmp_path), "--set", "scaling.cpus_per_worker=64", timeout=120)
     assert done.returncode == 1
@@ -63,8 +67,8 @@ def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):
     print(f"failed after {time.time() - began:.1f}s")
 
 
-def test_digits_on_ray_data_reaches_ninety_percent(tmp_path):
-    done = run("run", "digits", "--storage", str(tmp_path))
+def test_digits_on_ray_data_reaches_ninety_percent(ray_head, tmp_path):
+    done = run("run", "digits", "--storage", str(tmp_path), "--address", ray_head.address)
     assert done.returncode == 0, done.stderr[-3000:]
     result = result_of(tmp_path / "digits")
     assert result["metrics"]["val_accuracy"] >= 0.90, result

@@ -2,8 +2,8 @@
 Parquet written by `raytrain data`), the text-rnn run and a two-trial `raytrain tune`, and the streaming run with
 more data than the object store holds.
 
-One real Ray head node is started for the module (own temp dir, free ports, 2 CPUs, a deliberately small object
-store) and every `raytrain run`/`tune` joins it with --address, which saves each run Ray's start-up.
+Every `raytrain run`/`tune` joins the session's shared Ray head (tests/integration/conftest.py: own temp dir, free
+ports, 2 CPUs, a deliberately small object store) with --address, which saves each run Ray's start-up.
 
     .venv/bin/python -m pytest -m integration tests/integration/test_workloads.py -v --durations=0
 """
@@ -11,7 +11,6 @@ store) and every `raytrain run`/`tune` joins it with --address, which saves each
 from __future__ import annotations
 
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -19,37 +18,23 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.cluster import dashboard, raynode
-from raytrain.platform import processes
-from raytrain.validator import shape
-
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
-RAY = str(Path(sys.executable).parent / "ray")
-OBJECT_STORE_BYTES = 100 * 10**6  # Ray's floor is ~75 MB; the streaming test moves 4x this
 STREAM_GB = 0.4
 TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A single-node Ray cluster with a small object store; only its own processes are stopped afterwards."""
-    temp_dir = f"/tmp/rtw{secrets.token_hex(3)}"
-    ports = raynode.Ports.pick()
-    head = shape.NodeSpec(name="head", group="head", head=True, num_cpus=2,
-                                 params={"object-store-memory": str(OBJECT_STORE_BYTES)})
-    cmd = raynode.ray_start_command(head, ray_bin=RAY, node_ip="127.0.0.1", temp_dir=temp_dir, ports=ports,
-                                         head_address=None, dashboard_host="127.0.0.1")
-    log = open(f"{temp_dir}.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        dashboard.wait_dashboard(f"http://127.0.0.1:{ports.dashboard}", None, timeout=120)
-        yield f"127.0.0.1:{ports.gcs}"
-    finally:
-        processes.kill_pids(processes.tree_pids(proc.pid) + processes.pids_mentioning(temp_dir))
-        log.close()
+@pytest.fixture
+def cluster(ray_head) -> str:
+    """The session's shared Ray head (tests/integration/conftest.py), as the address `--address` takes."""
+    return ray_head.address
+
+
+@pytest.fixture
+def object_store_bytes(ray_head) -> int:
+    return ray_head.object_store_bytes
 
 
 def raytrain(*args: str, timeout: int = TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -114,13 +99,13 @@ def test_tune_two_trials_reports_and_writes_the_best(cluster, tmp_path):
     assert json.loads((storage / "sweep" / "result.json").read_text())["status"] == "succeeded"
 
 
-def test_streaming_more_data_than_the_object_store_completes_in_bounded_memory(cluster, tmp_path):
+def test_streaming_more_data_than_the_object_store_completes_in_bounded_memory(cluster, object_store_bytes, tmp_path):
     storage = tmp_path / "runs"
     proc = raytrain("run", "streaming", "--smoke-test", "--storage", str(storage), "--address", cluster,
                     "--set", f"data.data_size_gb={STREAM_GB}")
     rows, result = finished_run(storage / "streaming", epochs=1)
     images = round(STREAM_GB * 1e9) // (256 * 256 * 3)
-    assert STREAM_GB * 1e9 >= 4 * OBJECT_STORE_BYTES
+    assert STREAM_GB * 1e9 >= 4 * object_store_bytes
     assert rows[0]["samples"] == images  # every generated image reached a worker (2 workers, equal split)
     # Materialising the raw data would take 400 MB in some process; the workers never hold more than a few blocks.
     assert rows[0]["peak_rss_mb"] < 2000

@@ -418,3 +418,32 @@ def test_a_group_whose_function_fails_before_its_first_report_is_counted_as_a_re
     assert [e["resumed_from_epoch"] for e in starts] == [None, 1]
     assert group_restarts(run_dir, starts[0]["attempt"]) == 1
     assert group_restarts(run_dir, 999) == 0  # another attempt's groups are not this one's restarts
+
+
+def test_after_a_kill_get_checkpoint_offers_the_newest_committed_and_the_rows_past_it_are_trained_again(project):
+    """What a SIGKILLed driver leaves (a checkpoint write in flight, a metrics row past the newest commit; the
+    process path of a kill and its lease takeover is tests/integration/test_attempt.py's): the rerun's
+    get_checkpoint() offers the newest committed checkpoint that verifies, never the torn write, and every epoch is
+    recorded once. A damaged newest one is passed over for the one before, saying so."""
+    run_dir, _ = run_function(project, epochs=3, keep=3)
+    committed = checkpoints.committed(run_dir)[0]
+    saver = FileCheckpointer(run_dir, keep=3)
+    torn = saver.staging_path(checkpoints.checkpoint_dir_name(Position(3)))
+    (torn / checkpoints.DATA_DIR).mkdir(parents=True)
+    (torn / checkpoints.DATA_DIR / "at.txt").write_text("3")  # no manifest: never committed
+    runrecords.Records(run_dir).append_metrics({"epoch": 3, "loss": 0.25})  # trained, its checkpoint not committed
+    run_dir, _ = run_function(project, epochs=5, keep=3)
+    restored = [e for e in runrecords.read_events(run_dir) if e["event"] == "restored"]
+    assert (restored[-1]["checkpoint"], restored[-1]["epoch"]) == (committed.name, 2)
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3, 4]
+    redone = runrecords.read_metrics(run_dir)[3]  # the killed attempt's row, trained again from epoch 2's checkpoint
+    assert redone["loss"] == 1 / 4 and redone["resumed_from_epoch"] == 2
+
+    newest = checkpoints.committed(run_dir)[0]  # epoch 4's: damaged, so the rerun takes epoch 3's
+    (newest / checkpoints.DATA_DIR / "at.txt").write_text("X")
+    run_dir, _ = run_function(project, epochs=6, keep=3)
+    restored = [e for e in runrecords.read_events(run_dir) if e["event"] == "restored"]
+    assert restored[-1]["epoch"] == 3, restored
+    warnings = [e["message"] for e in runrecords.read_events(run_dir) if e["event"] == "warning"]
+    assert any(f"checkpoint {newest.name} is unreadable" in w and "falling back" in w for w in warnings), warnings
+    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3, 4, 5]
