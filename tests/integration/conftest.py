@@ -16,13 +16,14 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from raytrain.platform import processes
 from raytrain.cluster import dashboard, raynode
+from raytrain.platform import processes
 from raytrain.validator import shape
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -41,7 +42,7 @@ class RayHead:
 
 
 @pytest.fixture(scope="session")
-def ray_head(tmp_path_factory) -> RayHead:
+def ray_head(tmp_path_factory) -> Iterator[RayHead]:
     """A real single-node Ray cluster (2 CPUs, a deliberately small object store, metrics reported every second)
     that `raytrain run|tune --address` joins: each joining run saves Ray's start-up. Only its own processes are
     stopped afterwards (those under its temp dir), never another Ray on the machine."""

@@ -7,28 +7,10 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import Any
 
-# The object stores a storage path may name, and the fsspec package that reaches each.
-URL_SCHEMES = {"s3": "s3fs", "gs": "gcsfs"}
-_URL = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<rest>[^/].*)$", re.DOTALL)
-# What a mistyped URL looks like (a Windows drive letter is no storage path on a Ray node either)
-_LOOSE_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*):/+")
-# Bucket naming rules, which the store enforces at CreateBucket (so no bucket of another name exists to write to).
-# S3 (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html, general purpose buckets): 3-63 of
-# a-z 0-9 . -, a letter or digit at each end, no '..', not an IPv4 address, none of the prefixes and suffixes S3
-# keeps for itself. GCS (cloud.google.com/storage/docs/buckets#naming): '_' too, dotted names up to 222 with each
-# dot-separated part at most 63, not an IPv4 address, not beginning with 'goog' nor holding 'google'.
-_BUCKET = {"s3": re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
-           "gs": re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")}
-_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
-_S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
-# Not refused: "-s3alias" (an access point's alias works wherever a bucket name does for object operations, and some
-# IAM setups grant access only through one) and "--x-s3" (a directory bucket's own name).
-_S3_RESERVED_SUFFIXES = ("--ol-s3", ".mrap", "--table-s3")
 from raytrain.rundir import storage
 from raytrain.rundir.storage import StorageError, as_path, is_remote, url_scheme
 
