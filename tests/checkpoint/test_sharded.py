@@ -41,6 +41,15 @@ def save(saver, model, optimizer, epoch, step=0, **extra):
     saver.save(position, model, optimizer, small(position, **extra), config={"train": {"epochs": 9}})
 
 
+def two_checkpoints(run_dir, width=8):
+    """Epochs 1 and 2 committed; the newest (epoch 2's) directory."""
+    model, optimizer = trained(width=width)
+    saver = ShardedCheckpointer(run_dir, keep=5)
+    save(saver, model, optimizer, 1)
+    save(saver, model, optimizer, 2)
+    return saver.wait()
+
+
 def test_an_async_save_commits_its_shards_with_the_manifest_last_and_loads_back(tmp_path):
     model, optimizer = trained()
     saver = ShardedCheckpointer(tmp_path, keep=5)
@@ -108,11 +117,7 @@ def test_a_synchronous_save_is_committed_when_it_returns(tmp_path):
     (lambda path: (path / checkpoints.META_FILE).write_bytes(b"\xff\xfe not json"), "meta.json missing or invalid"),
 ])
 def test_a_damaged_newest_is_skipped_and_named_and_the_one_before_loads(tmp_path, damage, why):
-    model, optimizer = trained()
-    saver = ShardedCheckpointer(tmp_path, keep=5)
-    save(saver, model, optimizer, 1)
-    save(saver, model, optimizer, 2)
-    newest = saver.wait()
+    newest = two_checkpoints(tmp_path)
     damage(newest)
     warnings = []
     loaded = ShardedCheckpointer(tmp_path).load_newest(warnings.append, *trained(seed=3))
@@ -124,11 +129,7 @@ def test_a_shard_damaged_in_place_is_caught_by_the_hash_it_was_written_with(tmp_
     """Issue 40, 13: 256 bytes overwritten inside a shard, its size kept, was loaded (the run went NaN). Every shard's
     sha256 is in the manifest, computed as DCP wrote it; the driver's check and the workers' load skip the damaged
     one with a warning and fall back to the one before."""
-    model, optimizer = trained(width=64)
-    saver = ShardedCheckpointer(tmp_path, keep=5)
-    save(saver, model, optimizer, 1)
-    save(saver, model, optimizer, 2)
-    newest = saver.wait()
+    newest = two_checkpoints(tmp_path, width=64)
     meta = json.loads((newest / checkpoints.META_FILE).read_text())
     shards = {name: entry for name, entry in meta["files"].items() if name.startswith(f"{SHARDS_DIR}/")}
     assert shards and all(len(entry.get("sha256", "")) == 64 for entry in shards.values())  # .metadata too
@@ -154,11 +155,7 @@ def test_the_drivers_resume_check_names_a_damaged_sharded_checkpoint_without_adv
                                                                                               why):
     """Issue 40, item 14: the resume check read a damaged sharded checkpoint with the single-file loader, whose
     refusal advised `run.checkpointer: sharded`, which the run already had."""
-    model, optimizer = trained()
-    saver = ShardedCheckpointer(tmp_path, keep=5)
-    save(saver, model, optimizer, 1)
-    save(saver, model, optimizer, 2)
-    newest = saver.wait()
+    newest = two_checkpoints(tmp_path)
     damage(newest)
     warnings = []
     plan = resume.plan(tmp_path, {"train": {"epochs": 9}}, warnings.append, resume.ResumeRules(),

@@ -255,7 +255,7 @@ def cmd_track(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from raytrain.checkpoint.export import export
 
-    run_dir = storagecheck.check_reachable(storage.as_path(args.run_dir), "raytrain export")
+    run_dir = storagecheck.run_dir_for(args.run_dir, "raytrain export")
     source, out = export(run_dir, Path(args.out) if args.out else None)
     console.info("export", f"exported {source.name} to {out}", checkpoint=str(source), file=str(out))
     return EXIT_OK

@@ -122,4 +122,4 @@ def _check_object_store(storage_path: str, run_name: str, source: str) -> Path:
 def run_dir_for(ref: Any, command: str) -> Path:
     """A run directory named on the command line: a local path made absolute, or a URL checked reachable (one
     paragraph naming the URL and the settings when it is not)."""
-    return check_reachable(storage.run_path(ref), command) if is_remote(ref) else storage.run_path(ref)
+    return check_reachable(storage.run_path(ref), command)
