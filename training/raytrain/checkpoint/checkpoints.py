@@ -19,7 +19,9 @@ So a `checkpoint_*` directory was always completely written; a `.staging-*` one 
 disk, a lost lease mid-write) and is removed by the next lease holder.
 
 On an object store (raytrain.rundir.storage), which has no rename, the staging directory is local (under TMPDIR) and the
-commit is an upload: every file, then, after the fence passed once more, meta.json last. A `checkpoint_*` prefix
+commit is an upload: every file, then, after the fence passed once more, meta.json last. Which of the two a run
+directory is, and what differs (where a checkpoint is staged, how it is committed, listed and cleaned up), is
+raytrain.rundir.checkpointstore's: this module calls it and never asks. A `checkpoint_*` prefix
 without meta.json is a torn upload (a kill, a lost lease or a full quota midway): never listed as committed, and
 removed by the next lease holder as a staging directory is. A committed checkpoint whose files were
 damaged later is never deleted: it is verified another way where it can be (a damaged meta.json beside a state.pt
@@ -33,18 +35,16 @@ import hashlib
 import io
 import json
 import os
-import re
-import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-from raytrain.rundir import layout, storage
+from raytrain.rundir import checkpointstore, layout, storage
 from raytrain.rundir.runcontrol import UNFENCED, Control
 
 STATE_FILE = "state.pt"
-META_FILE = "meta.json"
+META_FILE = layout.MANIFEST_FILE
 DATA_DIR = "data"  # a directory checkpoint's files, as the function reported them
 SHARDS_DIR = "shards"  # a sharded checkpoint's DCP files (raytrain.checkpoint.sharded)
 FORMAT = 2
@@ -118,21 +118,6 @@ class _HashingWriter(io.RawIOBase):
         self.handle.flush()
 
 
-def _fsync_dir(directory: Path) -> None:
-    if storage.is_remote(directory):
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_checkpoint(directory: Path, state: dict, *, config: dict, attempt: Optional[int] = None) -> None:
     """Write state.pt then meta.json into `directory` (a staging directory), both durable. `state` holds at least
     "epoch" and "step"; its sha256 is computed while it is written."""
@@ -156,7 +141,7 @@ def write_checkpoint(directory: Path, state: dict, *, config: dict, attempt: Opt
         handle.write(json.dumps(meta))
         handle.flush()
         os.fsync(handle.fileno())
-    _fsync_dir(directory)
+    storage.fsync_dir(directory)
 
 
 def read_meta(directory: Path) -> dict:
@@ -199,14 +184,6 @@ def _listed_files(directory: Path, meta: dict) -> dict[str, tuple[Path, dict]]:
     return {f"{prefix}{name}": (base / name, entry) for name, entry in meta["files"].items()}
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def copy_tree_hashed(source: Path, destination: Path) -> dict[str, dict]:
     """Copy every regular file under `source` into `destination` (made if missing), each durable and hashed while
     it is copied. Each file lands by an atomic replace, so that workers copying the same file name into one staging
@@ -243,14 +220,14 @@ def write_directory_manifest(directory: Path, position: Position, files: dict[st
     (directory / DATA_DIR).mkdir(parents=True, exist_ok=True)
     for sub in sorted({(directory / DATA_DIR / name).parent for name in files} | {directory / DATA_DIR}):
         if sub.is_dir():
-            _fsync_dir(sub)
+            storage.fsync_dir(sub)
     meta = {"format": FORMAT, "kind": "directory", "epoch": position.epoch, "step": position.step, "files": files,
             "config": config, "attempt": attempt}
     with open(directory / META_FILE, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(meta))
         handle.flush()
         os.fsync(handle.fileno())
-    _fsync_dir(directory)
+    storage.fsync_dir(directory)
 
 
 def incomplete_reason(directory: Path) -> Optional[str]:
@@ -291,7 +268,7 @@ def verify_hash(directory: Path) -> None:
             if not isinstance(entry.get("sha256"), str):
                 continue
             try:
-                found = _file_digest(path)
+                found = checkpointstore.file_sha256(path)
             except OSError as err:
                 raise CheckpointUnreadable(f"{name} cannot be read ({err.strerror or err.__class__.__name__})") from None
             if found != entry["sha256"]:
@@ -369,58 +346,18 @@ def position_of(directory: Path) -> Position:
 
 def _position_in_name(name: str) -> Position:
     """The position checkpoint_dir_name wrote into a checkpoint's name (Position(-1) for another name)."""
-    match = re.match(rf"{layout.CHECKPOINT_PREFIX}epoch(\d+)(?:_step(\d+))?", name)
-    return Position(int(match.group(1)), int(match.group(2) or 0)) if match else Position(-1)
+    return Position(*layout.checkpoint_position(name))
 
 
 def committed(run_dir: Path) -> list[Path]:
     """Every committed checkpoint directory of a run, newest position first (ties: the newest write first). On an
     object store, only those whose manifest was uploaded (it is uploaded last)."""
-    run_dir = storage.as_path(run_dir)
-    if storage.is_remote(run_dir):
-        return _committed_in_object_store(run_dir)
-    found = [p for p in run_dir.glob(f"{layout.CHECKPOINT_PREFIX}*") if p.is_dir()]
-
-    def key(path: Path) -> tuple:
-        try:
-            mtime = path.stat().st_mtime
-        except OSError:
-            mtime = 0.0
-        return position_of(path), mtime
-
-    return sorted(found, key=key, reverse=True)
-
-
-def _committed_in_object_store(run_dir: Path) -> list[Path]:
-    """committed() from one listing of the run's prefix (a request per thousand keys, where asking each checkpoint
-    for its manifest, size and time took a dozen requests per checkpoint at every commit's prune): the prefixes
-    holding a manifest, ordered by the position their name records (checkpoint_dir_name), then the manifest's time."""
-    stamped = {name: stamp for name, stamp in _checkpoint_prefixes(run_dir).items() if stamp is not None}
-    return [run_dir / name for name in sorted(stamped, key=lambda n: (_position_in_name(n), stamped[n]),
-                                              reverse=True)]
-
-
-def _checkpoint_prefixes(run_dir: Path) -> dict[str, Optional[float]]:
-    """From one listing of a run's prefix in an object store: {checkpoint_* prefix: its manifest's time, or None
-    when it has none (a torn upload)}."""
-    prefixes: dict[str, Optional[float]] = {}
-    for key, info in storage.list_tree(run_dir).items():
-        parts = key.split("/")
-        if len(parts) >= 2 and parts[0].startswith(layout.CHECKPOINT_PREFIX):
-            if len(parts) == 2 and parts[1] == META_FILE:
-                prefixes[parts[0]] = info.get("mtime", 0.0)
-            else:
-                prefixes.setdefault(parts[0], None)
-    return prefixes
+    return checkpointstore.at(run_dir).committed(position_of)
 
 
 def staging_dirs(run_dir: Path) -> list[Path]:
     """Checkpoints provably never committed: staging directories; on an object store, prefixes without a manifest."""
-    run_dir = storage.as_path(run_dir)
-    found = [p for p in run_dir.glob(f"{layout.STAGING_PREFIX}{layout.CHECKPOINT_PREFIX}*") if p.is_dir()]
-    if storage.is_remote(run_dir):
-        found += [run_dir / name for name, stamp in _checkpoint_prefixes(run_dir).items() if stamp is None]
-    return sorted(found, key=lambda p: p.name)
+    return checkpointstore.at(run_dir).never_committed()
 
 
 def remove(directory: Path) -> None:
@@ -428,21 +365,6 @@ def remove(directory: Path) -> None:
     (on an object store, as torn)."""
     (directory / META_FILE).unlink(missing_ok=True)
     storage.remove_tree(directory)
-
-
-def publish(staging: Path, target: Path, fence: Callable[[], None]) -> None:
-    """The commit on an object store: upload a local staging directory's files to `target`, meta.json last and only
-    after `fence` passed; a failure removes what was uploaded (it would read as torn anyway)."""
-    manifest = staging / META_FILE
-    try:
-        for path in sorted(p for p in staging.rglob("*") if p.is_file() and p != manifest):
-            fence()
-            storage.upload_file(path, target / path.relative_to(staging).as_posix())
-        fence()
-        storage.upload_file(manifest, target / META_FILE)
-    except BaseException:
-        storage.remove_tree(target)
-        raise
 
 
 def newest_complete(run_dir: Path) -> Optional[Path]:
@@ -456,8 +378,7 @@ class FileCheckpointer:
 
     def __init__(self, run_dir: Path, control: Control = UNFENCED, keep: int = 2):
         self.run_dir, self.control, self.keep = storage.as_path(run_dir), control, keep
-        self.remote = storage.is_remote(self.run_dir)
-        self._scratch: dict[str, Path] = {}  # an object store's local staging directory per checkpoint name
+        self.store = checkpointstore.at(self.run_dir)  # where checkpoints are staged, how they are committed
 
     def save(self, position: Position, state: Callable[[], dict], *, writer: bool,
              config: Optional[dict] = None) -> Optional[Path]:
@@ -472,48 +393,17 @@ class FileCheckpointer:
     def staging_path(self, name: str) -> Path:
         """Where checkpoint `name` is written before its commit: in the run directory, or, on an object store,
         in a local directory (the commit uploads it)."""
-        if not self.remote:
-            return self.run_dir / f"{layout.STAGING_PREFIX}{name}"
-        if name not in self._scratch:
-            self._scratch[name] = storage.scratch_dir("checkpoint") / f"{layout.STAGING_PREFIX}{name}"
-        return self._scratch[name]
+        return self.store.staging(name)
 
     def commit(self, name: str, write: Callable[[], None]) -> Path:
         """`write` fills the staging directory of checkpoint `name` (its manifest last); then the fenced rename
         commits it and the newest `keep` complete checkpoints are kept. A failure leaves nothing half-written."""
-        staging = self.staging_path(name)
-        try:
-            try:
-                write()
-            except OSError as err:
-                if self.remote and storage.is_full(err):
-                    raise storage.staging_full(staging, err) from None
-                raise
-            self.control.check()  # the commit is the rename (the manifest's upload) below: fenced at the last moment
-            if self.remote:
-                publish(staging, self.run_dir / name, self.control.check)
-            else:
-                staging.rename(self.run_dir / name)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)  # never committed: nothing half-written stays
-            raise
-        finally:
-            scratch = self._scratch.pop(name, None)
-            if scratch is not None:
-                shutil.rmtree(scratch.parent, ignore_errors=True)
-        _fsync_dir(self.run_dir)
+        committed_path = self.store.commit(name, write, self.control.check)
         self.prune(self.keep)
-        return self.run_dir / name
-
-    def discard_staging(self, name: str) -> None:
-        """On an object store, remove this process's local staging copy of checkpoint `name` (a worker whose files
-        were uploaded, or a checkpoint refused): nothing staged stays in the temporary directory."""
-        scratch = self._scratch.pop(name, None)
-        if scratch is not None:
-            shutil.rmtree(scratch.parent, ignore_errors=True)
+        return committed_path
 
     def latest(self) -> list[Path]:
-        return committed(self.run_dir)
+        return self.store.committed(position_of)
 
     def load_newest(self, warn: Callable[[str], None]) -> Optional[Loaded]:
         for path in self.latest():
@@ -539,14 +429,13 @@ class FileCheckpointer:
         """Delete staging directories: checkpoints provably never committed. Only while holding the run's lease (a
         live writer's staging directory looks the same)."""
         removed = []
-        for path in staging_dirs(self.run_dir):
+        for path in self.store.never_committed():
             self.control.check()
             storage.remove_tree(path)
             warn(f"{path.name} was never committed (a crash or a full disk while it was written): removed")
             removed.append(path.name)
-        if self.remote:  # this node's local copies staged by attempts that were killed before their upload
-            stale = storage.remove_stale_scratch()
-            if stale:
-                warn(f"{len(stale)} local staging director{'y' if len(stale) == 1 else 'ies'} left by killed "
-                     f"attempts removed from {storage.local_root() / 'scratch'}")
+        stale = self.store.remove_stale_local()  # this node's copies staged by attempts killed before their upload
+        if stale:
+            warn(f"{len(stale)} local staging director{'y' if len(stale) == 1 else 'ies'} left by killed "
+                 f"attempts removed from {storage.local_root() / 'scratch'}")
         return removed

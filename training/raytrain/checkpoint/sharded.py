@@ -13,6 +13,8 @@ A checkpoint of a run:
 On an object store the shards are written by DCP's fsspec writer straight under the checkpoint's own prefix
 (`checkpoint_<...>/shards/`: there is no rename to make them appear), extra.pt and meta.json are staged locally and
 uploaded by the commit, meta.json last: a prefix without it is a torn checkpoint (raytrain.checkpoint.checkpoints).
+Where the shards go and which DCP writer and reader reach them is the run's checkpoint store's
+(raytrain.rundir.checkpointstore).
 So, as with the single-file checkpointer, a `checkpoint_*` directory was completely written and a `.staging-*`
 one never was; the next lease holder removes the latter (raytrain.checkpoint.resume), and resume considers only the former.
 
@@ -40,7 +42,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import threading
 import time
 import warnings
@@ -57,7 +58,7 @@ from raytrain.checkpoint import checkpoints
 from raytrain.checkpoint.checkpoints import SHARDS_DIR, CheckpointUnreadable, Loaded, Position
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.parallel import collectives, sharding
-from raytrain.rundir import storage
+from raytrain.rundir import checkpointstore, storage
 from raytrain.rundir.runcontrol import UNFENCED, Control
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class ShardedCheckpointer:
         self.run_dir, self.control, self.keep, self.rank = storage.as_path(run_dir), control, keep, rank
         self.asynchronous = asynchronous
         self.files = checkpoints.FileCheckpointer(run_dir, control, keep)  # staging paths, pruning, listing
+        self.store = self.files.store
         self._in_flight: Optional[_InFlight] = None
         self._group: Any = None  # DCP's gloo group for background writes, made at the first save
         self._stager: Any = None  # host memory the state is copied into, kept from one save to the next
@@ -124,9 +126,8 @@ class ShardedCheckpointer:
         # Rank 0's small state, serialized now (a snapshot) and written with the shards, in the background.
         extra = _serialized(small_state()) if self.rank == 0 else None
         state = _sharded_state(model, optimizer)
-        shards = self._shards_dir(name, staging)
-        writer = _hashing(_fsspec()[0](str(shards), **storage.fsspec_options(str(shards))) if self.files.remote
-                          else dcp.FileSystemWriter(str(shards)))
+        shards = self.store.in_place(name, SHARDS_DIR)
+        writer = _hashing(self.store.shard_writer(shards))
         if self.asynchronous:
             if self._stager is None:
                 self._stager = ReusedHostBuffers()
@@ -165,10 +166,6 @@ class ShardedCheckpointer:
             self._group = dist.new_group(backend="gloo")
         return self._group
 
-    def _shards_dir(self, name: str, staging: Path) -> Path:
-        """Where DCP writes checkpoint `name`'s shards: its staging directory, or on an object store its own prefix."""
-        return self.run_dir / name / SHARDS_DIR if self.files.remote else staging / SHARDS_DIR
-
     def _finish(self, in_flight: _InFlight, wait_write: Callable[[], Any], staging: Path, shards: Path,
                 extra: Optional[bytes], position: Position, config: dict, world: int,
                 digests: dict[str, str]) -> None:
@@ -184,10 +181,8 @@ class ShardedCheckpointer:
         except BaseException as err:  # noqa: B036 - handed to the main thread
             in_flight.error = err
             in_flight.disk_full = storage.disk_full(err, staging)
-            if self.rank == 0:
-                shutil.rmtree(staging, ignore_errors=True)
-                if self.files.remote:  # the shards uploaded so far: never committed
-                    storage.remove_tree(self.run_dir / in_flight.name)
+            if self.rank == 0:  # its staging directory, and on an object store the shards uploaded so far
+                self.store.abandon(in_flight.name)
 
     def _settle(self, raise_error: bool = False) -> Optional[_InFlight]:
         """Wait for the checkpoint in flight (if any) and return it."""
@@ -334,21 +329,6 @@ def _write_extra(path: Path, data: bytes) -> dict:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def _fsspec() -> tuple:
-    """DCP's fsspec storage writer and reader (an object store's shards); a private module of the pinned torch."""
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
-
-    return FsspecWriter, FsspecReader
-
-
-def _reader(shards: Path) -> Any:
-    from torch.distributed.checkpoint import FileSystemReader
-
-    if storage.is_remote(shards):
-        return _fsspec()[1](str(shards), **storage.fsspec_options(str(shards)))
-    return FileSystemReader(str(shards))
-
-
 class _HashingStream:
     """A stream DCP writes a shard through: its sha256 computed as the bytes go by (no second read). A seek (DCP
     writes each file front to back) makes the hash unknown rather than wrong."""
@@ -438,14 +418,14 @@ def _write_manifest(staging: Path, shards: Path, position: Position, extra_meta:
     if f"{SHARDS_DIR}/.metadata" not in files:
         raise CheckpointWriteFailed(f"DCP wrote no {SHARDS_DIR}/.metadata into {staging}")
     files[EXTRA_FILE] = extra_meta
-    checkpoints._fsync_dir(shards)
+    storage.fsync_dir(shards)
     meta = {"format": checkpoints.FORMAT, "kind": KIND, "epoch": position.epoch, "step": position.step,
             "files": files, "config": config, "attempt": attempt, "world_size": world_size}
     with open(staging / checkpoints.META_FILE, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(meta))
         handle.flush()
         os.fsync(handle.fileno())
-    checkpoints._fsync_dir(staging)
+    storage.fsync_dir(staging)
 
 
 def read_small_state(directory: Path) -> dict:
@@ -489,7 +469,7 @@ def load_shards(directory: Path, model: "nn.Module", optimizer: Any) -> None:
     import torch.distributed.checkpoint as dcp
 
     state = _sharded_state(model, optimizer)
-    dcp.load(state, storage_reader=_reader(directory / SHARDS_DIR))
+    dcp.load(state, storage_reader=checkpointstore.shard_reader(directory / SHARDS_DIR))
     sharding.load_model_state(model, state["model"], full=False)
     if optimizer is not None:
         sharding.load_optimizer_state(model, optimizer, state["optimizer"], full=False)
@@ -502,6 +482,6 @@ def export_model(directory: Path) -> dict:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state: dict = {}
-    _load_state_dict(state, storage_reader=_reader(directory / SHARDS_DIR),
+    _load_state_dict(state, storage_reader=checkpointstore.shard_reader(directory / SHARDS_DIR),
                      planner=_EmptyStateDictLoadPlanner(keys={"model"}), no_dist=True)
     return state["model"]

@@ -2,6 +2,8 @@
 bucket. Run directories written by any earlier raytrain have this layout (tests/test_run_dirs_before_the_move.py),
 so a name here changes only with a migration."""
 
+import re
+
 # The run's records (raytrain.rundir.runrecords)
 CONFIG_FILE = "config.yaml"  # the resolved run config
 METRICS_FILE = "metrics.jsonl"  # a row per epoch (or per report of a Ray Train function)
@@ -17,6 +19,7 @@ CLAIMS_DIR = ".lease"  # a claim per attempt, made exclusively: the attempt's fe
 # Checkpoints (raytrain.checkpoint): committed ones, and those being written
 CHECKPOINT_PREFIX = "checkpoint_"  # checkpoint_epoch000003[_step00000040]_<id>
 STAGING_PREFIX = ".staging-"  # a checkpoint being written; never read, removed by the next holder
+MANIFEST_FILE = "meta.json"  # a checkpoint's manifest, written last: on an object store its upload is the commit
 
 # What the driver and its helpers keep beside the records
 DRIVER_LOGS_DIR = "driver-logs"  # a copy of the console per attempt (raytrain.rundir.console)
@@ -30,3 +33,14 @@ RESIZE_HELD_FILE = "resize-held.json"
 
 # Beside the runs, under STORAGE (not a run's): prepared datasets (raytrain.data)
 DATASETS_DIR = "datasets"
+
+
+# A checkpoint's name records its position: checkpoint_epoch000003[_step00000040]_<id>
+_CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}epoch(\d+)(?:_step(\d+))?")
+
+
+def checkpoint_position(name: str) -> tuple[int, int]:
+    """The (epoch, step) a checkpoint's name records (raytrain.checkpoint.checkpoints.checkpoint_dir_name), (-1, 0)
+    for another name."""
+    match = _CHECKPOINT_NAME.match(name)
+    return (int(match.group(1)), int(match.group(2) or 0)) if match else (-1, 0)

@@ -8,7 +8,7 @@ fsspec) for a URL. The few operations whose semantics differ between a POSIX dir
 here, side by side: writing an object whole, creating one only if absent, listing, removing a tree.
 
 An object store has no rename and no append. What stands in for them (raytrain.rundir.atomicfile, raytrain.rundir.runrecords, raytrain.rundir.lease,
-raytrain.checkpoint.checkpoints): a PUT replaces an object whole (what a rename gives a POSIX reader); a conditional PUT
+raytrain.rundir.checkpointstore): a PUT replaces an object whole (what a rename gives a POSIX reader); a conditional PUT
 (If-None-Match: *) creates a lease claim once; a checkpoint is uploaded from a local staging directory and committed
 by its manifest, uploaded last. S3 and GCS read their own writes and list them at once (strong consistency), and
 every listing here bypasses fsspec's listings cache.
@@ -376,6 +376,23 @@ def makedirs(path: Path) -> None:
     """A directory made where directories exist (an object store has only keys: nothing to do)."""
     if not is_remote(path):
         Path(path).mkdir(parents=True, exist_ok=True)
+
+
+def fsync_dir(directory: Path) -> None:
+    """A directory's entries (a rename, a new file) made durable; an object store's writes are durable when they
+    return: nothing to do. Best effort: a filesystem that cannot fsync a directory is left as it is."""
+    if is_remote(directory):
+        return
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def remove_tree(path: Path) -> None:

@@ -46,7 +46,6 @@ worker context (use `raytrain run`, which starts an embedded Ray on the machine)
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,7 +56,7 @@ from raytrain.checkpoint.checkpoints import Position
 from raytrain.errors import RaytrainError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.parallel import collectives
-from raytrain.rundir import runrecords, storage
+from raytrain.rundir import runrecords
 from raytrain.spec import loops
 from raytrain.spec.loops import TRAIN_LOOP_CONFIG
 
@@ -243,31 +242,30 @@ class Bridge:
             self._discard(name)
             raise CheckpointRefused(f"ray.train.report refused a checkpoint: {refusal}")
         owners = _owners([worker_files for _, worker_files, _ in gathered])
-        if checkpointer.remote:
-            problem = self._upload_own(name, files, owners)
-            failed = next((why for why in collectives.gather_all(problem) if why), None)
-            if failed is not None:
-                self._discard(name)
-                if session.is_rank_zero:
-                    storage.remove_tree(session.run_dir / name)  # a prefix without its manifest: never committed
-                raise CheckpointRefused(f"checkpoint {name} was not committed: {failed}")
+        store = checkpointer.store
+        problem = self._upload_own(name, files, owners)  # on a directory nothing to upload: every answer is None
+        failed = next((why for why in collectives.gather_all(problem) if why), None)
+        if failed is not None:
+            self._discard(name)
+            if session.is_rank_zero:
+                store.abandon(name)  # what reached the run's storage without its manifest: never committed
+            raise CheckpointRefused(f"checkpoint {name} was not committed: {failed}")
         if not session.is_rank_zero:
             return session.run_dir / name
         staging = checkpointer.staging_path(name)
-        merged: dict[str, dict] = {}
-        for rank, worker_files in enumerate(worker_files for _, worker_files, _ in gathered):
+        reported: dict[str, list[dict]] = {}  # every worker's entry for each name, by rank
+        for worker_files in (worker_files for _, worker_files, _ in gathered):
             for relative, entry in worker_files.items():
-                if checkpointer.remote:
-                    if owners[relative] == rank:  # what was uploaded under that name
-                        merged[relative] = entry
-                elif relative in merged and merged[relative]["sha256"] != entry["sha256"]:
-                    # Two workers reported different files under one name: whichever landed last is on disk.
-                    path = staging / checkpoints.DATA_DIR / relative
-                    merged[relative] = {"size": path.stat().st_size, "sha256": checkpoints._file_digest(path)}
-                else:
-                    merged[relative] = entry
-        if checkpointer.remote:
-            self._check_uploaded(name, merged, owners)
+                reported.setdefault(relative, []).append(entry)
+        merged = {relative: store.kept_copy(staging / checkpoints.DATA_DIR / relative, entries)
+                  for relative, entries in reported.items()}
+        missing = store.not_uploaded(name, checkpoints.DATA_DIR,
+                                     {relative: entry["size"] for relative, entry in merged.items()
+                                      if owners[relative] != 0})
+        if missing is not None:
+            store.abandon(name)
+            raise CheckpointRefused(f"checkpoint {name} was not committed: {missing}, reported by rank "
+                                    f"{owners[missing]}, is not in {session.run_dir / name} at its size")
         config = session.config.to_dict()
         return checkpointer.commit(name, lambda: checkpoints.write_directory_manifest(
             staging, position, merged, config=config, attempt=session.control.token))
@@ -294,53 +292,25 @@ class Bridge:
 
     def _write_failed(self, err: OSError, checkpointer: Any, name: str) -> str:
         staging = checkpointer.staging_path(name)
-        if checkpointer.remote and storage.is_full(err):
-            return f"rank {self.session.rank}: {storage.staging_full(staging, err)}"
+        full = checkpointer.store.staging_full(staging, err)
+        if full is not None:
+            return f"rank {self.session.rank}: {full}"
         return f"rank {self.session.rank} could not stage it in {staging}: {err.strerror or err}"
 
     def _upload_own(self, name: str, files: dict[str, dict], owners: dict[str, int]) -> Optional[str]:
-        """A worker other than rank 0, on an object store: upload the reported files it owns (rank 0's go with its
-        commit), then remove its local staging copy. Why it failed, or None."""
+        """A worker other than rank 0: the reported files it owns handed to the run's storage (on an object store,
+        uploaded, then its local staging copy removed; rank 0's go with its commit). Why it failed, or None."""
         session = self.session
         if session.is_rank_zero:
             return None
-        checkpointer = session.checkpointer
-        if not files:  # an empty directory reported: its (empty) staging directory goes
-            checkpointer.discard_staging(name)
-            return None
-        staging = checkpointer.staging_path(name) / checkpoints.DATA_DIR
-        target = session.run_dir / name / checkpoints.DATA_DIR
-        relative = ""
-        try:
-            for relative in sorted(r for r in files if owners[r] == session.rank):
-                session.control.check()
-                storage.upload_file(staging / relative, target / relative)
-        except (Exception, AttemptEnded) as err:
-            return f"rank {session.rank} could not upload {relative} to {target}: {err.__class__.__name__}: {err}"
-        finally:
-            checkpointer.discard_staging(name)
-        return None
-
-    def _check_uploaded(self, name: str, merged: dict[str, dict], owners: dict[str, int]) -> None:
-        """Rank 0, before its commit on an object store: the other workers' files are in the bucket, at their size
-        (one listing), else nothing is committed."""
-        listed = storage.list_tree(self.session.run_dir / name / checkpoints.DATA_DIR)
-        for relative, entry in merged.items():
-            if owners[relative] != 0 and (listed.get(relative) or {}).get("size") != entry["size"]:
-                storage.remove_tree(self.session.run_dir / name)
-                self.session.checkpointer.discard_staging(name)
-                raise CheckpointRefused(f"checkpoint {name} was not committed: {relative}, reported by rank "
-                                        f"{owners[relative]}, is not in {self.session.run_dir / name} at its size")
+        owned = sorted(r for r in files if owners[r] == session.rank)
+        why = session.checkpointer.store.upload_own(name, checkpoints.DATA_DIR, owned, session.control.check)
+        return f"rank {session.rank} {why}" if why else None
 
     def _discard(self, name: str) -> None:
-        """A refused checkpoint's staged copies: this worker's local ones; on a directory rank 0 removes the
-        shared staging directory (after every worker stopped writing into it: all of them passed the gather)."""
-        checkpointer = self.session.checkpointer
-        if checkpointer.remote:
-            checkpointer.discard_staging(name)
-        elif self.session.is_rank_zero:
-
-            shutil.rmtree(checkpointer.staging_path(name), ignore_errors=True)
+        """A refused checkpoint's staged copies: this worker's local ones; rank 0 removes a staging directory the
+        workers share (after every worker stopped writing into it: all of them passed the gather)."""
+        self.session.checkpointer.store.discard(name, last=self.session.is_rank_zero)
 
 
 def _owners(reported: list[dict[str, dict]]) -> dict[str, int]:
