@@ -163,8 +163,11 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
     next step and ends it with a result; a resume that changes the model is refused before Ray, and one that changes
     the learning rate applies it and loses no step."""
     run_dir = tmp_path / "graceful"
+    # 40 epochs: the SIGTERM lands long before the end however long the refused start takes on a loaded machine
+    # (at a load of 10 it took three ~5 s epochs, and a 4-epoch run was over before its SIGTERM); the resume then
+    # asks for as many epochs as finish the stopped one and one more.
     args = ["--set", "data.num_samples=20000", "--set", "run.checkpoint_every_steps=200",  # ~830 steps an epoch
-            "--set", "run.keep_checkpoints=20", "--set", "train.epochs=4"]
+            "--set", "run.keep_checkpoints=20", "--set", "train.epochs=40"]
     driver = start(tmp_path, "graceful", *args)
     try:
         wait_for_epoch(driver, run_dir, 1)
@@ -177,7 +180,7 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
 
         # >= 430 steps (~2 s here) of the epoch to go: well past rank 0's next read of the stop request (POLL_S)
         wait_for_an_early_step_checkpoint(driver, run_dir, max(checks.metrics_epochs(run_dir)) - 1, 400)
-        assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < 4, "the run ended before its SIGTERM"
+        assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < 40, "the run ended before its SIGTERM"
         signalled = time.monotonic()
         driver.send_signal(signal.SIGTERM)
         output, _ = driver.communicate(timeout=120)
@@ -207,7 +210,8 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
     assert (run_dir / "result.json").read_bytes() == record  # the stopped attempt's record stands
     assert "hidden: 32" in (run_dir / "config.yaml").read_text()
 
-    resumed = run(tmp_path, "graceful", *args, "--set", "train.lr=0.02")
+    final = meta["epoch"] + 2
+    resumed = run(tmp_path, "graceful", *args, "--set", "train.lr=0.02", "--set", f"train.epochs={final}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resume applies train.lr=0.02 (the checkpoint trained with 0.01)" in resumed.stdout
     restored = [e for e in checks.read_jsonl(run_dir / "events.jsonl") if e["event"] == "restored"]
@@ -215,8 +219,8 @@ def test_a_run_refuses_a_concurrent_start_stops_on_sigterm_at_its_next_step_and_
     assert "lr: 0.02" in (run_dir / "config.yaml").read_text()
     start_event = checks.starts(run_dir)[-1]
     assert (start_event["start_epoch"], start_event["resumed_at_step"]) == (meta["epoch"] + 1, meta["step"])
-    checks.assert_run_completed(run_dir, 4)  # one row per epoch, each once
+    checks.assert_run_completed(run_dir, final)  # one row per epoch, each once
     samples = [row["samples"] for row in checks.read_jsonl(run_dir / "metrics.jsonl")]
-    assert samples == [samples[0]] * 4, samples  # the stopped epoch counts every sample once: no step lost or redone
+    assert samples == [samples[0]] * final, samples  # the stopped epoch counts every sample once: no step lost or redone
     history = checks.read_jsonl(run_dir / "results.jsonl")
     assert [(r["status"], r["attempt"]) for r in history] == [("stopped", 1), ("succeeded", 3)]

@@ -65,19 +65,6 @@ def assert_trains_then_resumes(cwd: Path, run_dir: Path, first: int, second: int
     assert checks.starts(run_dir)[-1]["start_epoch"] == first + 1
 
 
-def test_own_code_example_trains_by_import_path(tmp_path):
-    """On the laptop's embedded Ray (resuming with user code is the custom loop's test below)."""
-    cwd = project(tmp_path, "own-code")
-    raytrain(cwd, "run", "job.yaml", "--storage", str(tmp_path / "runs"), "--set", "data.n_train=128",
-             "--set", "data.n_val=64", "--set", "train.epochs=1")
-    run_dir = tmp_path / "runs" / "job"
-    checks.assert_run_completed(run_dir, 1)
-    cfg = stored_config(run_dir)
-    assert cfg["model"]["_component_"] == "my_models.TinyConvNet" and cfg["model"]["channels"] == 8
-    assert cfg["data"]["_component_"] == "my_data.make_datasets"
-    assert "val_accuracy" in result_of(run_dir)["metrics"]  # cross_entropy: classification metrics
-
-
 def test_custom_loop_example_trains_through_the_session_api_and_resumes(tmp_path):
     cwd = project(tmp_path, "custom-loop")
     options = ("--storage", str(tmp_path / "runs"), "--name", "loop", "--set", "scaling.num_workers=2",
@@ -151,7 +138,14 @@ def test_a_laptop_submits_the_project_as_its_working_dir_with_the_token(tmp_path
         env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": (node / "auth_token").read_text().strip()}
         done = subprocess.run(submit, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        checks.assert_run_completed(tmp_path / "runs" / "laptop", 1)
+        run_dir = tmp_path / "runs" / "laptop"
+        checks.assert_run_completed(run_dir, 1)
+        # The example's own classes by import path (the own-code path on the embedded Ray is the `training.py`
+        # test above; this run ships them as the job's working_dir).
+        cfg = stored_config(run_dir)
+        assert cfg["model"]["_component_"] == "my_models.TinyConvNet" and cfg["model"]["channels"] == 8
+        assert cfg["data"]["_component_"] == "my_data.make_datasets"
+        assert "val_accuracy" in result_of(run_dir)["metrics"]  # cross_entropy: classification metrics
     finally:
         raytrain(tmp_path, "cluster", "stop", str(node))
         shutil.rmtree(node, ignore_errors=True)

@@ -405,6 +405,18 @@ def test_500s_in_a_row_are_retried_with_backoff_by_the_one_policy(s3_server, thr
     assert target.read_bytes() == b"x" * 1000
 
 
+@pytest.mark.parametrize(("value", "attempts"), [(None, 6), ("1", 1), ("10", 10), (" 3 ", 3), ("0", 6),
+                                                 ("many", 6), ("-2", 6), ("", 6)])
+def test_aws_max_attempts_decides_the_attempts_where_it_is_a_positive_count(value, attempts, monkeypatch):
+    """The SDKs' own setting: an explicit botocore Config would override it, so raytrain reads it itself."""
+    if value is None:
+        monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    else:
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", value)
+    retries = storage.fsspec_options("s3://bucket/runs")["config_kwargs"]["retries"]
+    assert retries == {"mode": "standard", "max_attempts": attempts}
+
+
 def test_a_full_staging_directory_is_named_with_its_fix_and_commits_nothing(s3_prefix, tmp_path, monkeypatch):
     import tempfile
 

@@ -151,18 +151,27 @@ def as_path(value: Union[str, os.PathLike, Any]) -> Path:
 # dropped connection is retried, each wait drawn at random up to 2**attempt seconds (full jitter), capped at 20 s.
 # Six attempts ride out about 15 s of such answers (31 s at most) where botocore's default legacy mode gave up
 # after five; then the error is raised. The one retry policy for every request raytrain (and DCP's writer of
-# sharded checkpoints) makes to an object store: nothing above it retries these again.
+# sharded checkpoints) makes to an object store: nothing above it retries these again. AWS_MAX_ATTEMPTS, the SDKs'
+# own setting, still decides the attempts where it is set (an explicit botocore Config would otherwise override it).
 S3_RETRIES = {"mode": "standard", "max_attempts": 6}
+
+
+def s3_retries() -> dict[str, Any]:
+    retries = dict(S3_RETRIES)
+    attempts = os.environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    if attempts.isdigit() and int(attempts) >= 1:
+        retries["max_attempts"] = int(attempts)
+    return retries
 
 
 def fsspec_options(url: str) -> dict[str, Any]:
     """The filesystem options of every client raytrain opens on an object store (upath.UPath, DCP's fsspec reader
     and writer): no listings cache (a lease's claims and a run's checkpoints are listed while other nodes write
-    them); on S3 the retry policy above and a connect timeout of 10 s (botocore's is 60 s per attempt: an endpoint
+    them); on S3 the retry policy above (s3_retries) and a connect timeout of 10 s (botocore's is 60 s per attempt: an endpoint
     that drops packets fails a start in under a minute)."""
     options: dict[str, Any] = {"use_listings_cache": False}
     if url_scheme(url) == "s3":
-        options["config_kwargs"] = {"connect_timeout": 10, "retries": dict(S3_RETRIES)}
+        options["config_kwargs"] = {"connect_timeout": 10, "retries": s3_retries()}
     return options
 
 
