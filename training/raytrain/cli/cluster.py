@@ -9,9 +9,13 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raytrain.errors import EXIT_FAILED
 from raytrain.rundir import console
+
+if TYPE_CHECKING:
+    from raytrain.cluster.raynode import Ports
 
 EXIT_OK = 0
 # What `pip install 'raytrain[kube]'` adds (pyproject.toml): a missing one means the extra is not installed.
@@ -33,19 +37,30 @@ def _error(message: str) -> None:
     console.error(message)
 
 
+def node_ports(args: argparse.Namespace) -> "Ports":
+    """Ray's default ports, or free ones with --free-ports; a head's --port and --dashboard-port win either way
+    (without them, --free-ports frees those two as well: Ray's defaults may belong to another head here)."""
+    from raytrain.cluster.raynode import Ports
+
+    ports = Ports.pick() if args.free_ports else Ports()
+    if getattr(args, "port", None) is not None:
+        ports.gcs = args.port
+    if getattr(args, "dashboard_port", None) is not None:
+        ports.dashboard = args.dashboard_port
+    return ports
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     """Ray on plain machines, the same pieces `raytrain emulate` uses for its local clusters (cluster/vmnode.py)."""
     from raytrain.cluster import localcluster, pods, raynode, vmnode
     from raytrain.cluster.dashboard import alive_nodes, wait_dashboard
-    from raytrain.cluster.raynode import ClusterError, Ports
+    from raytrain.cluster.raynode import ClusterError
 
     try:
         if args.action in ("head", "join"):
             from ray._private.services import get_node_ip_address
 
-            ports = Ports.pick() if args.free_ports else Ports()
-            if args.action == "head":
-                ports.gcs, ports.dashboard = args.port, args.dashboard_port
+            ports = node_ports(args)
             record = vmnode.start_vm_node(
                 head_address=args.address if args.action == "join" else None, temp_dir=Path(args.temp_dir),
                 node_ip=args.node_ip or get_node_ip_address(), num_cpus=args.num_cpus,
@@ -122,8 +137,10 @@ def add_cluster_command(sub) -> None:
 
     head = actions.add_parser("head", help="start the head node here")
     node_args(head)
-    head.add_argument("--port", type=int, default=6379, help="the GCS port workers join")
-    head.add_argument("--dashboard-port", type=int, default=8265, help="the dashboard and job API port")
+    head.add_argument("--port", type=int, default=None,
+                      help="the GCS port workers join (default 6379, or a free one with --free-ports)")
+    head.add_argument("--dashboard-port", type=int, default=None,
+                      help="the dashboard and job API port (default 8265, or a free one with --free-ports)")
     join = actions.add_parser("join", help="start a worker node here that joins HEAD:PORT")
     join.add_argument("address", metavar="HEAD:PORT", help="the head's address and GCS port")
     node_args(join)
