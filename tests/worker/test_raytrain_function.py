@@ -6,12 +6,15 @@ tests/integration/test_ray_train_scripts.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +94,33 @@ def fails_at_two(config):
         with tempfile.TemporaryDirectory() as tmp:
             open(os.path.join(tmp, "at.txt"), "w").write(str(epoch))
             report({"epoch": epoch, "loss": 1.0}, checkpoint=Checkpoint.from_directory(tmp))
+
+class LandsLast(Checkpoint):
+    """Rank 1's directory, read only once rank 0's copy landed in the checkpoint's staging directory."""
+
+    def __init__(self, path, staged, **kwargs):
+        super().__init__(path, **kwargs)
+        self.staged = staged
+
+    def as_directory(self):
+        import glob, time
+        deadline = time.monotonic() + 120
+        while not glob.glob(self.staged) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return super().as_directory()
+
+def every_rank_reports_rank_0s_output(config):
+    # Hugging Face's RayTrainReportCallback with two workers sharing a cwd: every rank reports the output directory
+    # rank 0 writes, and rank 1 copies it while rank 0 is still writing (an empty trainer_state.json), after rank 0.
+    import torch.distributed as dist
+    with tempfile.TemporaryDirectory() as tmp:
+        if dist.get_rank() == 0:
+            open(os.path.join(tmp, "trainer_state.json"), "w").write('{"global_step": 4}')
+            report({"epoch": 1}, checkpoint=Checkpoint.from_directory(tmp))
+        else:
+            open(os.path.join(tmp, "trainer_state.json"), "w").close()
+            open(os.path.join(tmp, "rank1.txt"), "w").write("rank 1's own")
+            report({"epoch": 1}, checkpoint=LandsLast(tmp, config["staged"]))
 
 def named_cfg(cfg):
     pass
@@ -447,3 +477,85 @@ def test_after_a_kill_get_checkpoint_offers_the_newest_committed_and_the_rows_pa
     warnings = [e["message"] for e in runrecords.read_events(run_dir) if e["event"] == "warning"]
     assert any(f"checkpoint {newest.name} is unreadable" in w and "falling back" in w for w in warnings), warnings
     assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------------------------------------- several workers
+
+RANK = """
+import sys
+from pathlib import Path
+
+import torch.distributed as dist
+
+rank, init_file, project = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+sys.path.insert(0, str(project))
+dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+try:
+    from raytrain.rundir import runrecords
+    from raytrain.spec.config import load_config
+    from raytrain.worker import raytrain_function
+    from raytrain.worker.localsession import LocalSession
+
+    class Worker(LocalSession):  # a Ray Train worker's rank, in a gloo group of two processes (no Ray)
+        pass
+
+    Worker.rank, Worker.world_size = rank, 2
+    raytrain_function.install()  # as the worker entry does: before the function's module is imported
+    cfg = load_config(str(project / "job.yaml"))
+    session = Worker(cfg, runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name), 1)
+    session.start()
+    raytrain_function._originals["report"] = lambda metrics: None  # Ray Train's own report: there is no Ray here
+    raytrain_function.run(cfg, session)
+    dist.barrier()  # neither rank leaves the group while the other still uses it
+finally:
+    dist.destroy_process_group()
+"""
+
+
+def test_a_name_several_ranks_report_is_committed_from_the_lowest_rank_whatever_order_they_were_staged_in(project):
+    """tests/integration/test_frameworks.py[transformers] under load: rank 1 copied rank 0's half-written
+    trainer_state.json (empty) into the shared staging directory after rank 0's copy, the last copy to land was
+    committed, and every resume failed on its JSON. Two real workers (a gloo group of two processes) run the real
+    report: rank 0's copy is committed with its hash, a file only rank 1 reported is committed from rank 1, and no
+    rank's own staging copy is left."""
+    run_dir = project / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    staged = run_dir / ".staging-checkpoint_*" / checkpoints.DATA_DIR / "trainer_state.json"
+    write(project, f"""
+        loop:
+          _component_: rt_funcs.every_rank_reports_rank_0s_output
+          train_loop_config: {{staged: "{staged}"}}
+        run: {{storage_path: {project / 'runs'}, name: r}}
+    """)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "training"), str(repo),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    # Fresh interpreters, not fork: a fork of the test process (with torch's threads) can hang in gloo under load.
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), str(project / "init"), str(project)],
+                              cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    [committed] = checkpoints.committed(run_dir)
+    rank0s = b'{"global_step": 4}'
+    assert (committed / checkpoints.DATA_DIR / "trainer_state.json").read_bytes() == rank0s
+    assert (committed / checkpoints.DATA_DIR / "rank1.txt").read_bytes() == b"rank 1's own"
+    files = json.loads((committed / checkpoints.META_FILE).read_text())["files"]
+    assert files["trainer_state.json"] == {"size": len(rank0s), "sha256": hashlib.sha256(rank0s).hexdigest()}
+    checkpoints.verify_hash(committed)
+    assert sorted(os.listdir(committed / checkpoints.DATA_DIR)) == ["rank1.txt", "trainer_state.json"]
+    assert not list(run_dir.glob(".staging-*"))
+
+
+def test_a_killed_ranks_own_staging_copy_is_removed_by_the_next_lease_holder(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    older = commit_dir(run_dir, 1, {"at.txt": b"1"})
+    saver = FileCheckpointer(run_dir)
+    own = saver.store.reported_staging(checkpoints.checkpoint_dir_name(Position(2)), 1)
+    (own / checkpoints.DATA_DIR).mkdir(parents=True)
+    (own / checkpoints.DATA_DIR / "at.txt").write_text("2")  # copied; killed before it moved its files in
+    warnings = []
+    plan = resume.plan(run_dir, {"x": 1}, warnings.append, resume.ResumeRules(), saver)
+    assert plan.checkpoint == older and plan.removed_staging == [own.name]
+    assert any(f"{own.name} was never committed" in w for w in warnings) and not own.exists()

@@ -6,26 +6,32 @@ holds (state.pt, shards, a manifest's contents) is theirs; where its files go, a
 
                    a directory                                 an object store (no rename, no shared staging)
   staging(name)    RUN/.staging-NAME, one for every worker     a scratch directory of this process (TMPDIR), per name
+  reported_staging rank 0: staging(name); another rank:        staging(name): this process's own already
+  (name, rank)     RUN/.staging-NAME.rankR, its own
   in_place(PART)   RUN/.staging-NAME/PART                      RUN/NAME/PART: what every worker writes (shards) goes
                                                                straight under the checkpoint's prefix
   commit           the fenced rename to RUN/NAME, then the     the files uploaded, the fence passed before each, the
                    run directory fsynced                       manifest last: its upload is the commit
   a full disk      raised as it is (the run's own disk)        StagingFull: the node's TMPDIR, named with the fix
-  other workers'   none to hand over: every worker staged      each uploads the ones it owns; rank 0 checks them in
-  reported files   into the one staging directory              the bucket at their sizes before its commit
-  torn writes      RUN/.staging-* directories                  those, and checkpoint_* prefixes with no manifest;
-                                                               this node's scratch of killed processes
+  other workers'   each renames the ones it owns into          each uploads the ones it owns; rank 0 checks them in
+  reported files   staging(name); rank 0 checks them there     the bucket at their sizes before its commit
+  torn writes      RUN/.staging-* directories (a rank's own    those, and checkpoint_* prefixes with no manifest;
+                   ones included)                              this node's scratch of killed processes
   committed ones   checkpoint_* directories, newest position   checkpoint_* prefixes holding a manifest, from one
                    (their manifest's) first, then mtime        listing: the position in their name, then the
                                                                manifest's time
 
 The layouts are those run directories and buckets already hold (raytrain.rundir.layout); a torn write is never listed
-as committed, and the next lease holder removes it (raytrain.checkpoint.resume).
+as committed, and the next lease holder removes it (raytrain.checkpoint.resume). Where several workers report a file
+under one name, the owner's copy (the lowest rank's, the saver's in a DDP script) is the one committed on either
+kind: the others' copies never reach staging(name), so a rank copying a file its rank 0 is still writing commits
+nothing of it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -68,6 +74,11 @@ class CheckpointStore(ABC):
     @abstractmethod
     def staging(self, name: str) -> Path:
         """Where this process writes checkpoint `name` before its commit (a local directory, made by the writer)."""
+
+    @abstractmethod
+    def reported_staging(self, name: str, rank: int) -> Path:
+        """Where worker `rank` copies the files it reports for checkpoint `name` (a Ray Train function's): rank 0's,
+        the committer's, is staging(name); another worker's files reach it only through upload_own."""
 
     @abstractmethod
     def in_place(self, name: str, part: str) -> Path:
@@ -121,26 +132,21 @@ class CheckpointStore(ABC):
 
     @abstractmethod
     def upload_own(self, name: str, part: str, relatives: Iterable[str], fence: Fence) -> Optional[str]:
-        """A worker other than the committer: make the files it staged under staging(name)/`part` (`relatives`, the
-        ones it owns) part of checkpoint `name` in the run's storage. Why that failed ("could not upload ..."), or
-        None."""
+        """A worker other than the committer: make the files it staged under reported_staging(name, rank)/`part`
+        (`relatives`, the ones it owns) part of checkpoint `name`, then remove its staging copy. Why that failed
+        ("could not upload ..."), or None."""
 
     @abstractmethod
     def not_uploaded(self, name: str, part: str, sizes: dict[str, int]) -> Optional[str]:
         """The committer, before its commit: the first of the other workers' files (`sizes`: {name under `part`:
         size}) that is not in checkpoint `name` at its size, or None."""
 
-    @abstractmethod
-    def kept_copy(self, path: Path, entries: list[dict]) -> dict:
-        """Several workers staged a file under one name (`entries`, each {"size", "sha256"}, by rank): the size and
-        hash of the copy checkpoint `name` keeps, `path` in the committer's staging directory."""
-
     # ------------------------------------------------------------------------------------------ cleanup
 
     @abstractmethod
     def discard(self, name: str, *, last: bool) -> None:
         """A checkpoint that will not be committed: this process's staging copy removed. `last`: this process
-        removes a staging directory the workers share (they all stopped writing into it)."""
+        removes a staging directory the workers share, and every worker's own one (they all stopped writing)."""
 
     @abstractmethod
     def abandon(self, name: str) -> None:
@@ -170,8 +176,24 @@ class CheckpointStore(ABC):
 class DirectoryStore(CheckpointStore):
     """A run directory on a filesystem every worker of the run sees (one machine, or a shared volume)."""
 
+    def __init__(self, run_dir: Path):
+        super().__init__(run_dir)
+        self._own: dict[str, Path] = {}  # this worker's own staging directory per checkpoint name (rank > 0)
+
     def staging(self, name: str) -> Path:
         return self.run_dir / f"{layout.STAGING_PREFIX}{name}"
+
+    def reported_staging(self, name: str, rank: int) -> Path:
+        if rank == 0:
+            return self.staging(name)
+        # Its own, not the shared one: a copy of a file rank 0 is still writing (ranks sharing a cwd) must not
+        # replace rank 0's. In the run directory, so that handing an owned file over is an atomic rename.
+        self._own[name] = self.run_dir / f"{layout.STAGING_PREFIX}{name}{layout.RANK_STAGING_SUFFIX}{rank}"
+        return self._own[name]
+
+    def _ranks_staging(self, name: str) -> list[Path]:
+        """Every worker's own staging directory of checkpoint `name` (a killed worker's included)."""
+        return list(self.run_dir.glob(f"{layout.STAGING_PREFIX}{name}{layout.RANK_STAGING_SUFFIX}*"))
 
     def in_place(self, name: str, part: str) -> Path:
         return self.staging(name) / part
@@ -190,29 +212,45 @@ class DirectoryStore(CheckpointStore):
         staging.rename(target)
 
     def _release(self, name: str) -> None:
-        pass  # the staging directory is the run's, and the commit renamed it
+        own = self._own.pop(name, None)  # the shared staging directory is the run's, and the commit renamed it
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
 
     def staging_full(self, staging: Path, err: OSError) -> Optional[storage.StagingFull]:
         return None  # the run's own disk: the driver names it (storage.disk_full)
 
     def upload_own(self, name: str, part: str, relatives: Iterable[str], fence: Fence) -> Optional[str]:
-        return None  # every worker staged into the one staging directory: nothing to hand over
-
-    def not_uploaded(self, name: str, part: str, sizes: dict[str, int]) -> Optional[str]:
+        """Each file renamed into staging(name) after `fence` passed (a file lands whole or not at all); then this
+        worker's own staging directory goes, with the copies of names a lower rank owns."""
+        own = self._own.get(name)
+        if own is None:
+            return None  # it staged nothing of its own (it reported no checkpoint)
+        target = self.staging(name) / part
+        relative = ""
+        try:
+            for relative in relatives:
+                fence()
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(own / part / relative, target / relative)
+        except (Exception, AttemptEnded) as err:
+            return f"could not move {relative} to {target}: {err.__class__.__name__}: {err}"
+        finally:
+            self._release(name)
         return None
 
-    def kept_copy(self, path: Path, entries: list[dict]) -> dict:
-        if all(entry["sha256"] == entries[0]["sha256"] for entry in entries):
-            return entries[-1]
-        # Different files under one name: whichever landed last is on disk.
-        return {"size": path.stat().st_size, "sha256": file_sha256(path)}
+    def not_uploaded(self, name: str, part: str, sizes: dict[str, int]) -> Optional[str]:
+        staged = self.staging(name) / part
+        return next((relative for relative, size in sizes.items()
+                     if not (staged / relative).is_file() or (staged / relative).stat().st_size != size), None)
 
     def discard(self, name: str, *, last: bool) -> None:
+        self._release(name)
         if last:
-            shutil.rmtree(self.staging(name), ignore_errors=True)
+            self.abandon(name)
 
     def abandon(self, name: str) -> None:
-        shutil.rmtree(self.staging(name), ignore_errors=True)
+        for path in [self.staging(name), *self._ranks_staging(name)]:
+            shutil.rmtree(path, ignore_errors=True)
 
     def never_committed(self) -> list[Path]:
         return sorted(self._staging_dirs(), key=lambda p: p.name)
@@ -245,6 +283,9 @@ class ObjectStore(CheckpointStore):
         if name not in self._scratch:
             self._scratch[name] = storage.scratch_dir("checkpoint") / f"{layout.STAGING_PREFIX}{name}"
         return self._scratch[name]
+
+    def reported_staging(self, name: str, rank: int) -> Path:
+        return self.staging(name)  # this process's own already: the node's scratch
 
     def in_place(self, name: str, part: str) -> Path:
         return self.run_dir / name / part  # no rename would make them appear: they are written where they stay
@@ -299,9 +340,6 @@ class ObjectStore(CheckpointStore):
         listed = storage.list_tree(self.run_dir / name / part)
         return next((relative for relative, size in sizes.items()
                      if (listed.get(relative) or {}).get("size") != size), None)
-
-    def kept_copy(self, path: Path, entries: list[dict]) -> dict:
-        return entries[0]  # the lowest rank's: the copy its worker uploaded (upload_own)
 
     def discard(self, name: str, *, last: bool) -> None:
         self._release(name)

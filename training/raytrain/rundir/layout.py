@@ -19,6 +19,7 @@ CLAIMS_DIR = ".lease"  # a claim per attempt, made exclusively: the attempt's fe
 # Checkpoints (raytrain.checkpoint): committed ones, and those being written
 CHECKPOINT_PREFIX = "checkpoint_"  # checkpoint_epoch000003[_step00000040]_<id>
 STAGING_PREFIX = ".staging-"  # a checkpoint being written; never read, removed by the next holder
+RANK_STAGING_SUFFIX = ".rank"  # .staging-NAME.rank1: what rank 1 reported, before it hands over the files it owns
 MANIFEST_FILE = "meta.json"  # a checkpoint's manifest, written last: on an object store its upload is the commit
 
 # What the driver and its helpers keep beside the records

@@ -19,14 +19,15 @@ replaced, in that worker process only and before the function's module is import
 - `report(metrics, checkpoint=None, ...)`, called by every worker as Ray Train asks: rank 0 appends a metrics row to
   metrics.jsonl (`epoch`: the `epoch` the function reported when it is an integer, else a running count of its
   reports that continues across resumes); a reported checkpoint directory is copied into a staging directory
-  (every worker's reported files, as Ray Train merges them; each file's sha256 computed while it is copied),
-  named in a manifest and committed by the same fenced rename and pruning as raytrain's own checkpoints
-  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept); on an object store each
-  worker stages on its own node and uploads the files it reported, and rank 0 the manifest last, once they are
-  all in the bucket. What cannot be committed (a directory gone before the report, an empty one, a negative
-  epoch) is refused at the report, naming it; a position the run's rows already hold (a function that ignored
-  get_checkpoint(), steps repeated after a restart) replaces the rows from there on, with a warning. Then Ray
-  Train's own `report(metrics)`
+  (every worker's reported files, as Ray Train merges them, a name several workers report from the lowest of
+  them: rank 0's, the saver's in a DDP script; each file's sha256 computed while it is copied), named in a
+  manifest and committed by the same fenced rename and pruning as raytrain's own checkpoints
+  (raytrain.checkpoint.checkpoints: `run.keep_checkpoints` newest complete ones kept); every other worker stages
+  on its own and hands over the files it owns (on an object store, on its own node, uploading them), and rank 0
+  commits, the manifest last, once they are all in place. What cannot be committed (a directory gone before the
+  report, an empty one, a negative epoch) is refused at the report, naming it; a position the run's rows already
+  hold (a function that ignored get_checkpoint(), steps repeated after a restart) replaces the rows from there on,
+  with a warning. Then Ray Train's own `report(metrics)`
   (no checkpoint: Ray Train and Ray Tune see the metrics, raytrain keeps the files). Then the step control's
   synced decision: a graceful stop (SIGTERM, a deleted pod or job), a draining node or a lost lease ends the
   attempt here, at the function's next report. A report every N steps is the user's knob for how soon that is;
@@ -211,26 +212,28 @@ class Bridge:
 
     def _commit(self, position: Position, checkpoint: Any) -> Optional[Path]:
         """Every worker's reported files staged (each file's hash computed as it is copied), then rank 0's fenced
-        commit of all of them. On a directory every worker copies into the one staging directory; on an object
-        store each worker stages on its own node, so every worker uploads the files it reported (a name several
-        report: the lowest rank's) before rank 0 uploads its own and the manifest last. A checkpoint that cannot
-        be committed whole is refused on every worker alike (CheckpointRefused): nothing of it is committed."""
+        commit of all of them. Rank 0 stages into the checkpoint's staging directory, every other worker on its own
+        and then hands over the files it owns (a name several report: the lowest rank's copy, whatever the order
+        they were copied in) before rank 0 commits, its manifest last. A checkpoint that cannot be committed whole
+        is refused on every worker alike (CheckpointRefused): nothing of it is committed."""
         session = self.session
         # Rank 0's report names the checkpoint and its position (the others may report other metrics).
         name, epoch = collectives.broadcast_from_rank0(
             (checkpoints.checkpoint_dir_name(position), position.epoch) if session.is_rank_zero else None, session.rank)
         position = Position(epoch)
         checkpointer = session.checkpointer
+        store = checkpointer.store
         files: dict[str, dict] = {}
         problem: Optional[str] = None
         if checkpoint is not None:
             session.control.check()  # a worker of an attempt that lost the run does not even copy
+            staging = store.reported_staging(name, session.rank)
             try:
-                files = self._stage(checkpoint, checkpointer.staging_path(name), epoch)
+                files = self._stage(checkpoint, staging, epoch)
             except CheckpointRefused as err:
                 problem = str(err)
             except OSError as err:
-                problem = self._write_failed(err, checkpointer, name)
+                problem = self._write_failed(err, staging)
         gathered = collectives.gather_all((checkpoint is not None, files, problem))
         if not any(reported for reported, _, _ in gathered):
             return None
@@ -242,8 +245,7 @@ class Bridge:
             self._discard(name)
             raise CheckpointRefused(f"ray.train.report refused a checkpoint: {refusal}")
         owners = _owners([worker_files for _, worker_files, _ in gathered])
-        store = checkpointer.store
-        problem = self._upload_own(name, files, owners)  # on a directory nothing to upload: every answer is None
+        problem = self._upload_own(name, files, owners)
         failed = next((why for why in collectives.gather_all(problem) if why), None)
         if failed is not None:
             self._discard(name)
@@ -253,12 +255,7 @@ class Bridge:
         if not session.is_rank_zero:
             return session.run_dir / name
         staging = checkpointer.staging_path(name)
-        reported: dict[str, list[dict]] = {}  # every worker's entry for each name, by rank
-        for worker_files in (worker_files for _, worker_files, _ in gathered):
-            for relative, entry in worker_files.items():
-                reported.setdefault(relative, []).append(entry)
-        merged = {relative: store.kept_copy(staging / checkpoints.DATA_DIR / relative, entries)
-                  for relative, entries in reported.items()}
+        merged = {relative: gathered[rank][1][relative] for relative, rank in owners.items()}  # the copies staged
         missing = store.not_uploaded(name, checkpoints.DATA_DIR,
                                      {relative: entry["size"] for relative, entry in merged.items()
                                       if owners[relative] != 0})
@@ -290,16 +287,16 @@ class Bridge:
                                     f"the report?). Fix: call ray.train.report inside the block that wrote the "
                                     f"directory") from None
 
-    def _write_failed(self, err: OSError, checkpointer: Any, name: str) -> str:
-        staging = checkpointer.staging_path(name)
-        full = checkpointer.store.staging_full(staging, err)
+    def _write_failed(self, err: OSError, staging: Path) -> str:
+        full = self.session.checkpointer.store.staging_full(staging, err)
         if full is not None:
             return f"rank {self.session.rank}: {full}"
         return f"rank {self.session.rank} could not stage it in {staging}: {err.strerror or err}"
 
     def _upload_own(self, name: str, files: dict[str, dict], owners: dict[str, int]) -> Optional[str]:
-        """A worker other than rank 0: the reported files it owns handed to the run's storage (on an object store,
-        uploaded, then its local staging copy removed; rank 0's go with its commit). Why it failed, or None."""
+        """A worker other than rank 0: the reported files it owns handed to the checkpoint (moved into its staging
+        directory, or uploaded), then its own staging copy removed; rank 0's go with its commit. Why it failed, or
+        None."""
         session = self.session
         if session.is_rank_zero:
             return None
@@ -308,13 +305,14 @@ class Bridge:
         return f"rank {session.rank} {why}" if why else None
 
     def _discard(self, name: str) -> None:
-        """A refused checkpoint's staged copies: this worker's local ones; rank 0 removes a staging directory the
-        workers share (after every worker stopped writing into it: all of them passed the gather)."""
+        """A refused checkpoint's staged copies: this worker's own ones; rank 0 removes the staging directory the
+        workers hand their files to, and any worker's own one (every worker stopped writing: all passed the
+        gather)."""
         self.session.checkpointer.store.discard(name, last=self.session.is_rank_zero)
 
 
 def _owners(reported: list[dict[str, dict]]) -> dict[str, int]:
-    """{file name: the lowest rank that reported it}: whose copy is uploaded where several report one name."""
+    """{file name: the lowest rank that reported it}: whose copy is committed where several report one name."""
     owners: dict[str, int] = {}
     for rank, worker_files in enumerate(reported):
         for relative in worker_files:
