@@ -28,7 +28,7 @@ ENVIRONMENT_USES = {
     ("cluster/vmnode.py", "start_vm_node"): "`ray start` of a plain machine gets it, minus auth",
     ("driver/raytrainer.py", "connect_ray"): "PYTHONPATH gains the user's code directory: embedded Ray's workers inherit it",
     # Ray's and MLflow's own variables, set before they read them (an explicit value of the user's wins).
-    ("driver/tracking.py", "Mlflow._client"): "MLFLOW_HTTP_REQUEST_MAX_RETRIES and _TIMEOUT: one short try per request, "
+    ("driver/trackers.py", "Mlflow._client"): "MLFLOW_HTTP_REQUEST_MAX_RETRIES and _TIMEOUT: one short try per request, "
                                        "as the syncer retries with its own backoff",
     ("driver/raytrainer.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (and an elastic run's "
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) for Ray Train's controller",
@@ -42,8 +42,8 @@ ENVIRONMENT_USES = {
     ("driver/preflight.py", "check_tracking_destination"): "MLFLOW_TRACKING_URI: MLflow's client reads it where the "
                                                            "tracker runs; with no run.tracking.mlflow.uri either, "
                                                            "the run is refused",
-    ("driver/preflight.py", "_is_ray_temp"): "RAY_TMPDIR: where Ray keeps its temporary directory, left out of the "
-                                             "code a driver ships",
+    ("driver/runtimeenv.py", "_is_ray_temp"): "RAY_TMPDIR: where Ray keeps its temporary directory, left out of the "
+                                              "code a driver ships",
 }
 ENVIRONMENT_NAMES = ("environ", "getenv", "putenv", "unsetenv")
 
@@ -177,7 +177,7 @@ def undeclared(modules: dict[str, str], allowed: set[str]) -> list[str]:
 
 
 # Modules whose imports may come from an optional extra (each imported only when the config asks for it).
-EXTRA_MODULES = {"driver/tracking.py": ("mlflow", "wandb")}
+EXTRA_MODULES = {"driver/trackers.py": ("mlflow", "wandb")}
 
 
 def test_every_import_of_the_runtime_is_a_declared_dependency():

@@ -1,11 +1,13 @@
-"""Before Ray starts: the model component is built once on torch's meta device, so a constructor that refuses its
-arguments is one paragraph naming the model section, not a failure in every worker after Ray's restarts."""
+"""training/raytrain/driver/preflight.py, before Ray starts: the model component is built once on torch's meta device,
+so a constructor that refuses its arguments is one paragraph naming the model section, not a failure in every worker
+after Ray's restarts; a batch shaped like the data goes through the model and the loss; MLflow needs a destination;
+`raytrain local` needs the GPU it is asked for."""
 
 from __future__ import annotations
 
 import pytest
 
-from raytrain.driver import preflight
+from raytrain.driver import dataprep, preflight
 from raytrain.spec.config import ConfigError, load_config
 
 
@@ -55,7 +57,7 @@ def test_a_model_that_does_not_fit_the_data_is_named_before_ray(tmp_path, preset
 @pytest.mark.parametrize("preset", ["linear", "digits", "text-rnn", "streaming", "cifar10-vit", "gpt"])
 def test_the_presets_fit_their_data(tmp_path, preset):
     cfg = load_config(preset, [f"run.storage_path={tmp_path}"], smoke=True)
-    preflight.prepare_data(cfg)
+    dataprep.prepare_data(cfg)
     preflight.check_model_fits_data(cfg)
 
 
@@ -136,29 +138,6 @@ def test_fsdp_units_are_the_models_blocks_or_the_named_classes(tmp_path, wrap, u
     assert len(sharding.units(blocks, sharding.unit_classes(blocks, []))) == 3
 
 
-def test_a_resume_with_the_other_checkpointer_is_refused_naming_the_setting(tmp_path):
-    import torch
-
-    from raytrain.checkpoint.checkpoints import Position
-    from raytrain.checkpoint.resume import ResumeRefused
-    from raytrain.checkpoint.sharded import ShardedCheckpointer
-    from raytrain.rundir import runrecords
-
-    path = tmp_path / "job.yaml"
-    path.write_text(f"model: {{_component_: mlp}}\ndata: {{_component_: raytrain.data.linear.Linear}}\n"
-                    f"run: {{storage_path: {tmp_path / 'runs'}, name: r}}\n")
-    cfg = load_config(str(path))
-    run_dir = tmp_path / "runs" / "r"
-    model = torch.nn.Linear(1, 1)
-    saver = ShardedCheckpointer(run_dir, asynchronous=False)
-    saver.save(Position(1), model, None, lambda: {"epoch": 1, "step": 0, "config": cfg.to_dict(), "extra": {}},
-               config=cfg.to_dict())
-    with pytest.raises(ResumeRefused) as caught:
-        preflight.check_resume(cfg, runrecords.Records(run_dir))
-    assert "a sharded checkpoint, but this config writes file ones" in str(caught.value)
-    assert "--set run.checkpointer=sharded" in str(caught.value)
-
-
 @pytest.mark.parametrize("model, wrap", [("{_component_: mlp}", "Block"), ("{_component_: mlp, layers: 0}", "ReLU"),
                                          ("{_component_: gpt}", "Blocks"), ("{_component_: text_rnn, cell: gru}",
                                                                             "torch.nn.modules.rnn.LSTM")])
@@ -188,78 +167,20 @@ def test_a_built_in_models_missing_fsdp_unit_is_refused_at_load_as_the_preflight
     assert f"scaling.fsdp_wrap: {wrap} is not a module class of the model" in str(at_load.value)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# What a driver joining a cluster ships (issue 40, item 4): the user's code, never an environment
-
-
-def _project(tmp_path, monkeypatch, module: str, where: str = ""):
-    """A project directory as the working directory (what `raytrain run` in it sets), with a model component in
-    `module`.py under `where` (a folder of it put on the import path, as an installed environment's is)."""
-    from raytrain.spec import workdir
-
-    folder = tmp_path / where
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{module}.py").write_text("from raytrain.models import mlp  # noqa: F401\n")
-    monkeypatch.setattr(workdir, "_current", None)
-    workdir.use(str(tmp_path))
-    if where:
-        monkeypatch.syspath_prepend(str(folder))
-    else:
-        monkeypatch.syspath_prepend(str(tmp_path))
-    return load_config("linear", [f"model._component_={module}.mlp", f"run.storage_path={tmp_path / 'runs'}"])
-
-
-@pytest.mark.parametrize("where, marker", [
-    ("env/lib/python3.12/site-packages", "env/pyvenv.cfg"),   # a venv not named .venv/venv, beside the project
-    ("pyenv/lib/python3.12/site-packages", None),            # site-packages alone says it
-    ("miniconda3/lib/python3.12/site-packages", "miniconda3/conda-meta/history"),  # conda in a home directory
-    ("miniconda3/pkgs/thing", "miniconda3/conda-meta/history"),
-])
-def test_a_component_from_an_installed_environment_in_the_directory_ships_nothing(tmp_path, monkeypatch, where,
-                                                                                    marker):
-    if marker:
-        (tmp_path / marker).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / marker).write_text("")
-    module = f"envmodels_{abs(hash(where))}"
-    cfg = _project(tmp_path, monkeypatch, module, where)
-    assert preflight.user_code_dir(cfg) is None
-    assert preflight.runtime_env(cfg, embedded=False, in_submitted_job=False) == {}
-
-
-def test_the_users_code_ships_without_the_environments_and_rays_temp_dir_in_it(tmp_path, monkeypatch):
-    cfg = _project(tmp_path, monkeypatch, "usermodels_ship")
-    for marker in ("env/pyvenv.cfg", "tools/conda/conda-meta/history", "lib/site-packages/x.py",
-                   "raytmp/session_latest", "code/helpers.py"):
-        (tmp_path / marker).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / marker).write_text("")
-    # what is left out would exceed the bound on its own: a shipped environment is found by its size
-    with open(tmp_path / "env" / "big.bin", "wb") as handle:
-        handle.truncate(preflight.SHIP_LIMIT_BYTES + 1)  # sparse: takes no disk
-    assert preflight.user_code_dir(cfg) == tmp_path
-    env = preflight.runtime_env(cfg, embedded=False, in_submitted_job=False)
-    assert env["working_dir"] == str(tmp_path)
-    assert set(env["excludes"]) - set(preflight.SHIP_EXCLUDES) == {"/env", "/tools/conda", "/lib/site-packages",
-                                                                  "/raytmp"}
-
-
-def test_a_directory_over_the_bound_is_one_paragraph_naming_it_and_the_fix(tmp_path, monkeypatch):
-    cfg = _project(tmp_path, monkeypatch, "usermodels_big")
-    (tmp_path / "data").mkdir()
-    with open(tmp_path / "data" / "big.bin", "wb") as handle:
-        handle.truncate(preflight.SHIP_LIMIT_BYTES + 1)
-    with pytest.raises(ConfigError) as caught:
-        preflight.runtime_env(cfg, embedded=False, in_submitted_job=False)
-    message = str(caught.value)
-    assert f"ship {tmp_path} " in message and "512 MiB" in message and "--working-dir" in message
-    assert ".rayignore" in message and "\n" not in message
-    # the fix it names works: Ray's own ignore file leaves the data out
-    (tmp_path / ".rayignore").write_text("data/\n")
-    assert preflight.runtime_env(cfg, embedded=False, in_submitted_job=False)["working_dir"] == str(tmp_path)
-
-
-def test_a_directory_of_too_many_files_is_refused_without_walking_it_all(tmp_path, monkeypatch):
-    _project(tmp_path, monkeypatch, "usermodels_many")
-    for i in range(30):
-        (tmp_path / f"f{i}.txt").write_text("x")
-    with pytest.raises(ConfigError, match=r"more than 512 MiB or 20 files \(0 MiB in 21 files"):
-        preflight.ship_plan(tmp_path, limit_files=20)
+def test_mlflow_without_a_uri_anywhere_is_refused_before_it_writes_mlflow_db_here(raytrain, tmp_path, monkeypatch):
+    """Issue 40, item 14: `run.tracking: {mlflow: {}}` with no URI silently wrote ./mlflow.db wherever the driver
+    ran. Refused with the fix before the run starts; with MLFLOW_TRACKING_URI set, the same config is fine."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    done = raytrain("local", "linear", "--storage", str(tmp_path / "runs"), "--set", "run.tracking.mlflow={}",
+                    "--set", "train.epochs=1", cwd=workdir)
+    assert done.returncode == 2, done
+    assert "run.tracking.mlflow has no uri and MLFLOW_TRACKING_URI is not set" in done.stderr
+    assert "Fix: set run.tracking.mlflow.uri" in done.stderr and "Traceback" not in done.output
+    assert not list(workdir.iterdir()) and not (tmp_path / "runs" / "linear" / "lease.json").exists()
+    cfg = load_config("linear", ["run.tracking.mlflow={}"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    preflight.check_tracking_destination(cfg)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    preflight.check_tracking_destination(load_config("linear", ["run.tracking.mlflow.uri=http://m:5000"]))

@@ -1,7 +1,7 @@
 """training/raytrain/driver/tracking.py: which rows are final, each sent once across syncs and attempts, a tracker that is
 down or slow, the fence, tracking.json, and `raytrain track`'s refusals. The trackers here are fakes that record what
-they are sent; MLflow's own tracker on MLflow's SQLite store is the last test here; the real MLflow server and W&B's
-offline files are in tests/integration/test_tracking.py."""
+they are sent; MLflow's own tracker on MLflow's SQLite store is in tests/driver/test_trackers.py, the real MLflow
+server and W&B's offline files in tests/integration/test_tracking.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raytrain.driver import preflight, tracking
-from raytrain.errors import UsageError
+from raytrain.driver import trackers, tracking
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.rundir import layout, runrecords
 from raytrain.spec.config import load_config
@@ -59,7 +58,7 @@ class FakeTracker:
         epochs = [row["epoch"] for row in rows]
         assert not set(epochs) & set(self.points), f"sent twice: {epochs}"
         self.sends.append(epochs)
-        self.points.update({row["epoch"]: tracking.metric_values(row) for row in rows})
+        self.points.update({row["epoch"]: trackers.metric_values(row) for row in rows})
 
     def settle(self):
         pass
@@ -96,14 +95,6 @@ def syncer(run_dir: Path, tracker: FakeTracker, fence: Fence | None = None, ever
 
 # ---------------------------------------------------------------------------------------------- what is final
 
-ROW = {"epoch": 3, "train_loss": 0.5, "val_accuracy": 1, "samples_per_s": 10.0, "resumed_from_epoch": 2,
-       "attempt": 4, "note": "text", "flag": True, "diverged": float("inf"), "missing": None}
-
-
-def test_a_rows_measurements_are_its_finite_numbers_the_epoch_included():
-    assert tracking.metric_values(ROW) == {"epoch": 3.0, "train_loss": 0.5, "val_accuracy": 1.0,
-                                           "samples_per_s": 10.0}
-
 
 @pytest.mark.parametrize("checkpoint, everything, final", [
     (None, False, []),  # nothing committed: every row may still be trained again
@@ -122,13 +113,6 @@ def test_final_rows_are_those_at_or_before_the_newest_checkpoint(tmp_path, check
 def test_a_retrained_epochs_later_row_wins():
     given = [{"epoch": 1, "v": 1}, {"epoch": 2, "v": 2}, {"epoch": 2, "v": 3}]
     assert tracking.final_rows(given, None, everything=True) == [{"epoch": 1, "v": 1}, {"epoch": 2, "v": 3}]
-
-
-def test_the_config_is_flattened_to_dotted_text():
-    assert tracking.flat_config({"train": {"lr": 0.01, "betas": [0.9, 0.95], "loss": "mse"}, "run": {"name": "x",
-                                 "tracking": None, "empty": {}}}) == {
-        "train.lr": "0.01", "train.betas": "[0.9, 0.95]", "train.loss": "mse", "run.name": "x",
-        "run.tracking": "null", "run.empty": "{}"}
 
 
 # ---------------------------------------------------------------------------------------------- exactly once
@@ -249,40 +233,6 @@ def test_a_runs_tracker_run_is_kept_while_its_settings_stay(tmp_path):
     assert tracking.Syncer.for_run(load_config("linear"), records) is None
 
 
-def test_a_missing_client_package_is_named_with_its_install_command(monkeypatch):
-    monkeypatch.setitem(tracking.PACKAGES, "wandb", ("raytrain_no_such_module", "pip install wandb"))
-    with pytest.raises(UsageError, match=r"run.tracking.wandb is set, but the raytrain_no_such_module package is "
-                                         r"not installed. Fix: pip install wandb, or remove run.tracking.wandb"):
-        tracking.check_installed(["wandb"])
-    tracking.check_installed([])
-
-
-def test_a_run_whose_tracker_client_is_missing_is_refused_before_it_starts(raytrain, tmp_path, monkeypatch):
-    monkeypatch.setitem(tracking.PACKAGES, "mlflow", ("raytrain_no_such_module", "pip install mlflow-skinny"))
-    done = raytrain("local", "linear", "--storage", str(tmp_path), "--set", "run.tracking.mlflow.uri=http://m:5000")
-    assert done.returncode == 2 and "Fix: pip install mlflow-skinny" in done.stderr, done
-    assert not (tmp_path / "linear" / "lease.json").exists() and not (tmp_path / "linear" / "config.yaml").exists()
-
-
-def test_mlflow_without_a_uri_anywhere_is_refused_before_it_writes_mlflow_db_here(raytrain, tmp_path, monkeypatch):
-    """Issue 40, item 14: `run.tracking: {mlflow: {}}` with no URI silently wrote ./mlflow.db wherever the driver
-    ran. Refused with the fix before the run starts; with MLFLOW_TRACKING_URI set, the same config is fine."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    done = raytrain("local", "linear", "--storage", str(tmp_path / "runs"), "--set", "run.tracking.mlflow={}",
-                    "--set", "train.epochs=1", cwd=workdir)
-    assert done.returncode == 2, done
-    assert "run.tracking.mlflow has no uri and MLFLOW_TRACKING_URI is not set" in done.stderr
-    assert "Fix: set run.tracking.mlflow.uri" in done.stderr and "Traceback" not in done.output
-    assert not list(workdir.iterdir()) and not (tmp_path / "runs" / "linear" / "lease.json").exists()
-    cfg = load_config("linear", ["run.tracking.mlflow={}"])
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'elsewhere.db'}")
-    preflight.check_tracking_destination(cfg)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    preflight.check_tracking_destination(load_config("linear", ["run.tracking.mlflow.uri=http://m:5000"]))
-
-
 @pytest.mark.parametrize("made, fragments", [
     (None, ["is not a run directory", "Fix:"]),
     ("{}", ["no tracking.json naming a tracker", "run.tracking"]),
@@ -297,34 +247,3 @@ def test_track_refuses_a_directory_without_a_tracker(raytrain, tmp_path, made, f
     assert done.returncode == 2, done
     for fragment in fragments:
         assert fragment in done.stderr, done.stderr
-
-
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy's, inside MLflow's store
-# No Ray and no server, so the unit tier; MLflow's first SQLite store runs its schema migrations: seconds, and
-# more than the unit limit on a loaded machine.
-@pytest.mark.timeout(180)
-def test_an_mlflow_run_created_just_before_a_kill_is_found_again_and_asked_what_it_holds(tmp_path):
-    """The MLflow tracker itself, on MLflow's own SQLite store (no server needed for this): a kill between creating
-    the run and saving its id in tracking.json leaves only the uid saved; the next attempt finds that run by its
-    uid tag instead of making a second one, logs the config once, and learns the newest epoch it holds."""
-    pytest.importorskip("mlflow", reason="the dev extra's mlflow (pip install -e '.[dev]')")
-    from mlflow.tracking import MlflowClient
-
-    from raytrain.driver.tracking import Mlflow
-    from raytrain.spec.sections import MlflowTracking
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    experiment = client.create_experiment("found")
-    made = client.create_run(experiment, tags={"raytrain.uid": "u-1"}).info.run_id
-    state = {"uid": "u-1", "config": {"train": {"lr": 0.01}}}
-    saved = []
-    tracker = Mlflow(MlflowTracking(uri=uri, experiment="found"), "killed", tmp_path)
-    assert tracker.open(state, lambda: saved.append(dict(state))) == 0
-    assert state["run_id"] == made and state["config_logged"] and "config" not in state
-    tracker.send([{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.25, "bad name!": 1.0}])
-    again = Mlflow(MlflowTracking(uri=uri, experiment="found"), "killed", tmp_path)
-    assert again.open(state, lambda: None) == 2  # what MLflow holds, whatever tracking.json says
-    assert [r.info.run_id for r in client.search_runs([experiment])] == [made]
-    assert client.get_run(made).data.params == {"train.lr": "0.01"}
-    assert sorted(client.get_run(made).data.metrics) == ["epoch", "train_loss"]  # an invalid name is not sent

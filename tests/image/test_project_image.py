@@ -79,7 +79,7 @@ def test_the_project_dockerfile_builds_on_the_tag_build_image_makes():
 
 
 def test_the_project_context_leaves_out_what_raytrain_never_ships():
-    from raytrain.driver.preflight import SHIP_EXCLUDES
+    from raytrain.driver.runtimeenv import SHIP_EXCLUDES
 
     ignored = {line.strip().removeprefix("**/") for line in
                (ROOT / "images" / "Dockerfile.project.dockerignore").read_text().splitlines()

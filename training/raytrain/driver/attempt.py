@@ -1,11 +1,11 @@
 """One attempt of a run: the one path `raytrain run`, `raytrain local` and each `raytrain tune` trial take.
 
 In the driver, in this order:
-1. the storage is checked and the run's lease taken into the process's run control (raytrain.driver.preflight,
+1. the storage is checked and the run's lease taken into the process's run control (raytrain.driver.runstart,
    raytrain.rundir.runcontrol: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or
    is awaited with --wait-for-lease);
 2. the resume is checked (staging directories removed, a refused change named: raytrain.checkpoint.resume);
-3. the model builds, config.yaml is written, the data is prepared once (preflight.start_run); with run.tracking,
+3. the model builds, config.yaml is written, the data is prepared once (runstart.start_run); with run.tracking,
    the tracker syncer starts (raytrain.driver.tracking: a thread that sends the final metrics rows; never waited for);
 4. the trainer's body runs in a thread (Ray Train, or the loop in this process), while this thread owns SIGTERM
    and Ctrl-C (Ray's own handlers are only installed from the main thread);
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol, TextIO
 
 from raytrain.checkpoint import checkpoints
-from raytrain.driver import preflight, tracking
+from raytrain.driver import preflight, runstart, trackers, tracking
 from raytrain.errors import RaytrainError
 from raytrain.lifecycle.endings import REACTIONS, AttemptEnded, Ending
 from raytrain.platform.processes import kill_pids, process_start, tree_pids
@@ -162,9 +162,9 @@ class Attempt:
 
     def run(self, trainer: Trainer) -> Outcome:
         started = time.time()
-        tracking.check_installed(tracking.configured(self.cfg))
+        trackers.check_installed(trackers.configured(self.cfg))
         preflight.check_tracking_destination(self.cfg)
-        control = preflight.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
+        control = runstart.take_lease(self.cfg, self.lease_ttl_s, wait=self.wait_for_lease, notify=self.say,
                                        on_lost=self._on_lost)
         records = runrecords.Records(self.run_dir, control)
         previous: dict = {}
@@ -173,8 +173,8 @@ class Attempt:
             self.say(f"attempt {control.token} holds run {self.cfg.run.name} (lease "
                      f"{self.run_dir / layout.LEASE_FILE}" + (f", driver log {log}" if log else "") + ")",
                      attempt=control.token)
-            preflight.check_resume(self.cfg, records)
-            preflight.start_run(self.cfg, records,
+            runstart.check_resume(self.cfg, records)
+            runstart.start_run(self.cfg, records,
                                 lambda directory, error: summarize(directory, Ending.FAILED.value, started, error))
             self.syncer = tracking.start(self.cfg, records, self.out)
             if self.handle_signals:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from raytrain.checkpoint import checkpoints
-from raytrain.driver import preflight, scaleup
+from raytrain.driver import dataprep, runtimeenv, scaleup
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import format_row
@@ -40,9 +40,9 @@ CONTROLLER_POLL_INTERVAL_S = "0.5"
 
 
 def connect_for(cfg: RunConfig, address: Optional[str], in_submitted_job: bool) -> str:
-    """connect_ray with the runtime env that ships the config's user code (preflight decides what travels)."""
-    env = preflight.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
-    return connect_ray(address, runtime_env=env, code_dir=preflight.user_code_dir(cfg))
+    """connect_ray with the runtime env that ships the config's user code (runtimeenv decides what travels)."""
+    env = runtimeenv.runtime_env(cfg, embedded=not address, in_submitted_job=in_submitted_job)
+    return connect_ray(address, runtime_env=env, code_dir=runtimeenv.user_code_dir(cfg))
 
 
 def alive_node_resources() -> list[dict]:
@@ -188,7 +188,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    code_dir = preflight.user_code_dir(cfg)
+    code_dir = runtimeenv.user_code_dir(cfg)
     s = cfg.scaling
     # An elastic run is Ray Train's own (raytrain.worker.elastic): num_workers=(min, max), and a controller callback that
     # checkpoints the running group before Ray Train resizes it (a Ray Train function checkpoints itself).
@@ -209,7 +209,7 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=list(callbacks),
         ),
-        datasets=preflight.driver_datasets(cfg),
+        datasets=dataprep.driver_datasets(cfg),
         dataset_config=dataset_config(cfg),
     )
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from raytrain.driver import preflight, tracking
+from raytrain.driver import preflight, runstart, trackers
 from raytrain.driver.attempt import Attempt
 from raytrain.driver.raytrainer import (
     CONTROLLER_POLL_INTERVAL_S,
@@ -213,11 +213,11 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
              in_submitted_job: bool = False) -> dict:
     """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json."""
     check_space(cfg, search)
-    tracking.check_installed(tracking.configured(cfg))  # each trial is a run of its own, with its own tracker run
+    trackers.check_installed(trackers.configured(cfg))  # each trial is a run of its own, with its own tracker run
     preflight.check_tracking_destination(cfg)
     started = time.time()
     # The sweep's own directory is held like a run's: one sweep writes it at a time, every commit fenced.
-    control = preflight.take_lease(cfg, DEFAULT_TTL_S, wait=False, notify=lambda m: console.info("attempt", m, out=out))
+    control = runstart.take_lease(cfg, DEFAULT_TTL_S, wait=False, notify=lambda m: console.info("attempt", m, out=out))
     records = runrecords.Records(control.run_dir, control)
     try:
         return _sweep(cfg, search, records, address, out, in_submitted_job, started)
@@ -231,7 +231,7 @@ def _sweep(cfg: RunConfig, search: SearchSpec, records: runrecords.Records, addr
     import ray.tune
 
     tune_dir = records.run_dir
-    preflight.start_run(cfg, records, lambda _directory, error: {"status": "failed", "error": error})
+    runstart.start_run(cfg, records, lambda _directory, error: {"status": "failed", "error": error})
     connected = connect_for(cfg, address, in_submitted_job)
     console.info("connected", f"{connected}; tune directory {tune_dir}", out=out, run_dir=str(tune_dir))
     nodes = alive_node_resources()
