@@ -80,3 +80,13 @@ def test_a_directory_of_too_many_files_is_refused_without_walking_it_all(tmp_pat
         (tmp_path / f"f{i}.txt").write_text("x")
     with pytest.raises(ConfigError, match=r"more than 512 MiB or 20 files \(0 MiB in 21 files"):
         runtimeenv.ship_plan(tmp_path, limit_files=20)
+
+
+@pytest.mark.parametrize("module", ["raytrain.models", "raytrain.data.digits", "raytrain.driver.runtimeenv"])
+def test_raytrains_own_modules_are_never_the_users_code(module):
+    """The image installs raytrain: a preset's component from any of its rooms ships nothing (a checkout of raytrain
+    is not an installed environment, so only this rule keeps it from being shipped as the user's code)."""
+    import importlib
+    from pathlib import Path
+
+    assert runtimeenv.in_environment(Path(importlib.import_module(module).__file__))

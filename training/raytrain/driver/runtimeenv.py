@@ -38,7 +38,7 @@ def in_environment(path: Path) -> bool:
     found there is not the user's code, and never a reason to ship a directory."""
 
     path = path.resolve()
-    ours = Path(__file__).resolve().parent
+    ours = Path(__file__).resolve().parents[1]  # the raytrain package (this module is in its driver/ room)
     # The library folders themselves, not sys.prefix: a Python installed with --prefix=$HOME would make every
     # project in the home directory an "environment".
     roots = {Path(p).resolve() for p in (sysconfig.get_paths().get(k) for k in ("purelib", "platlib", "stdlib")) if p}
