@@ -44,6 +44,8 @@ ENVIRONMENT_USES = {
                                                            "the run is refused",
     ("driver/runtimeenv.py", "_is_ray_temp"): "RAY_TMPDIR: where Ray keeps its temporary directory, left out of the "
                                               "code a driver ships",
+    # The AWS SDKs' own variable, read as botocore would were raytrain's explicit retry Config not overriding it.
+    ("rundir/storage.py", "s3_retries"): "AWS_MAX_ATTEMPTS: the attempts of every S3 request, where the user set it",
 }
 ENVIRONMENT_NAMES = ("environ", "getenv", "putenv", "unsetenv")
 
