@@ -136,6 +136,21 @@ class CheckpointStore(ABC):
         (`relatives`, the ones it owns) part of checkpoint `name`, then remove its staging copy. Why that failed
         ("could not upload ..."), or None."""
 
+    def _hand_over(self, name: str, relatives: Iterable[str], fence: Fence, put: Callable[[str], None], verb: str,
+                   target: Path) -> Optional[str]:
+        """upload_own's loop for either store: `put` each file once `fence` passed; this worker's own staging copy
+        released either way. Why a file could not be handed over, or None."""
+        relative = ""
+        try:
+            for relative in relatives:
+                fence()
+                put(relative)
+        except (Exception, AttemptEnded) as err:
+            return f"could not {verb} {relative} to {target}: {err.__class__.__name__}: {err}"
+        finally:
+            self._release(name)
+        return None
+
     @abstractmethod
     def not_uploaded(self, name: str, part: str, sizes: dict[str, int]) -> Optional[str]:
         """The committer, before its commit: the first of the other workers' files (`sizes`: {name under `part`:
@@ -226,17 +241,12 @@ class DirectoryStore(CheckpointStore):
         if own is None:
             return None  # it staged nothing of its own (it reported no checkpoint)
         target = self.staging(name) / part
-        relative = ""
-        try:
-            for relative in relatives:
-                fence()
-                (target / relative).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(own / part / relative, target / relative)
-        except (Exception, AttemptEnded) as err:
-            return f"could not move {relative} to {target}: {err.__class__.__name__}: {err}"
-        finally:
-            self._release(name)
-        return None
+
+        def move(relative: str) -> None:
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(own / part / relative, target / relative)
+
+        return self._hand_over(name, relatives, fence, move, "move", target)
 
     def not_uploaded(self, name: str, part: str, sizes: dict[str, int]) -> Optional[str]:
         staged = self.staging(name) / part
@@ -325,16 +335,10 @@ class ObjectStore(CheckpointStore):
     def upload_own(self, name: str, part: str, relatives: Iterable[str], fence: Fence) -> Optional[str]:
         """Each file uploaded after `fence` passed; then this worker's local staging copy goes, uploaded or not."""
         target = self.run_dir / name / part
-        relative = ""
-        try:
-            for relative in relatives:
-                fence()
-                storage.upload_file(self.staging(name) / part / relative, target / relative)
-        except (Exception, AttemptEnded) as err:
-            return f"could not upload {relative} to {target}: {err.__class__.__name__}: {err}"
-        finally:
-            self._release(name)
-        return None
+        # staging(name) asked per file, as before: a worker with nothing to upload makes no scratch directory.
+        return self._hand_over(name, relatives, fence,
+                               lambda relative: storage.upload_file(self.staging(name) / part / relative,
+                                                                    target / relative), "upload", target)
 
     def not_uploaded(self, name: str, part: str, sizes: dict[str, int]) -> Optional[str]:
         listed = storage.list_tree(self.run_dir / name / part)
