@@ -38,8 +38,11 @@ PANELS = [
      None),
     ("Scaling on 2 nodes (samples/s)", ["scaling_1_worker_samples_per_s", "scaling_2_workers_samples_per_s"],
      ["1 worker", "2 workers"], None),
-    ("GPU ViT bf16 (samples/s)", ["gpu_vit_raw_torch_samples_per_s", "gpu_vit_ray_train_samples_per_s"],
-     ["raw torch", "Ray Train"], None),
+    ("GPU bf16 MFU, the presets' models", ["gpu_cifar10_vit_mfu_raw_torch", "gpu_cifar10_vit_mfu_ray_train",
+                                            "gpu_gpt_mfu_raw_torch", "gpu_gpt_mfu_ray_train"],
+     ["ViT\nraw torch", "ViT\nRay Train", "gpt\nraw torch", "gpt\nRay Train"], None),
+    ("GPU FSDP2 / DDP step time, one GPU", ["gpu_cifar10_vit_fsdp_over_ddp_step", "gpu_gpt_fsdp_over_ddp_step"],
+     ["ViT", "gpt"], None),
 ]
 
 

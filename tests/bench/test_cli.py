@@ -43,9 +43,9 @@ def test_an_invocation_prints_json_lines_and_writes_results_json_md_and_png(tmp_
     out, err = io.StringIO(), io.StringIO()
     assert cli.run_bench(BenchSettings(parts=("gpu",), rounds=1, out_dir=str(tmp_path / "out")), out, err) == 0
     assert [json.loads(line) for line in out.getvalue().splitlines()] == [
-        {"figure": "gpu_vit", "skipped": "no CUDA device"}]
+        {"figure": "gpu", "skipped": "no CUDA device"}]
     stored = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert stored["figures"] == [{"figure": "gpu_vit", "skipped": "no CUDA device"}]
+    assert stored["figures"] == [{"figure": "gpu", "skipped": "no CUDA device"}]
     assert "skipped: no CUDA device" in (tmp_path / "out" / "results.md").read_text()
     assert (tmp_path / "out" / "bench.png").read_bytes()[:4] == b"\x89PNG"
     assert "bench: results" in err.getvalue()

@@ -77,7 +77,7 @@ def test_importable_env_puts_the_checkout_first_and_keeps_the_rest():
 
 
 def test_in_fresh_process_says_which_function_failed_and_why():
-    with pytest.raises(RuntimeError, match=r"(?s)vit_train_flops_per_sample failed \(exit 1\).*TypeError"):
-        from bench.gpu import vit_train_flops_per_sample
+    with pytest.raises(RuntimeError, match=r"(?s)train_flops_per_sample failed \(exit 1\).*TypeError"):
+        from bench.gpu import train_flops_per_sample
 
-        workload.in_fresh_process(vit_train_flops_per_sample, {"not": "its arguments"})
+        workload.in_fresh_process(train_flops_per_sample, {"not": "its arguments"})
