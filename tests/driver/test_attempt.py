@@ -166,6 +166,8 @@ def test_a_finished_run_started_again_ends_before_ray_keeping_its_records_and_it
     assert now["status"] == "succeeded" and now["epochs_completed"] == 2 and "error" not in now, now
     assert now["nothing_to_train"].startswith("nothing to train: r already finished 2 epochs") and now["attempt"] == 4
     assert now["checkpoint"] == json.loads(result)["checkpoint"]
+    report = raytrain("report", str(run_dir), "--out", str(tmp_path / "report.png"))
+    assert report.returncode == 0 and (tmp_path / "report.png").stat().st_size, report
 
 
 def test_a_newest_checkpoint_that_only_its_hash_shows_damaged_trains_on_from_the_one_before(tmp_path, raytrain):
