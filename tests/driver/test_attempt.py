@@ -104,3 +104,96 @@ def test_sigterm_stops_at_the_next_step_with_a_checkpoint_and_says_so(tmp_path):
     assert meta["step"] > 0 or meta["epoch"] >= 1  # the stop's own checkpoint, at the step it came
     assert "checkpoint at their next step" in output
     assert leases.current_holder(tmp_path / "r").released
+
+
+# ------------------------------------------------------------------------------------ nothing left to train (issue 42)
+
+LINEAR_SETS = ["--set", "train.batch_size=12", "--set", "data.num_samples=96", "--set", "run.checkpoint_every=1",
+               "--set", "run.keep_checkpoints=4"]
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """`raytrain run` that must not get as far as Ray: its trainer fails the test if it trains."""
+    from raytrain.driver import raytrainer
+
+    def train(self, records):
+        raise AssertionError("Ray Train was started for a run with nothing left to train")
+
+    monkeypatch.setattr(raytrainer.RayTrainer, "train", train)
+
+
+def test_a_finished_run_started_again_ends_before_ray_keeping_its_records_and_its_lease_honest(
+        tmp_path, raytrain, no_ray, monkeypatch):
+    first = train_local(linear(tmp_path, "train.epochs=2"), out=io.StringIO())
+    run_dir = first.run_dir
+    result, history = (run_dir / layout.RESULT_FILE).read_text(), (run_dir / layout.RESULTS_HISTORY_FILE).read_text()
+    config = (run_dir / layout.CONFIG_FILE).read_text()
+
+    done = raytrain("run", "linear", "--storage", str(tmp_path), "--name", "r", "--set", "train.epochs=2",
+                    "--set", "train.lr=0.5", *LINEAR_SETS)  # a changed lr: nothing trains, nothing applies it
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("raytrain: nothing to train: r already finished 2 epochs (checkpoint "
+                                "checkpoint_epoch000002_"), done.stdout
+    assert "raise train.epochs to train on" in lines[-1] and "resume applies" not in done.stdout
+    # The attempt that trained stays the run's result; config.yaml is still the one it trained with.
+    assert (run_dir / layout.RESULT_FILE).read_text() == result and (run_dir / layout.CONFIG_FILE).read_text() == config
+    assert (run_dir / layout.RESULTS_HISTORY_FILE).read_text() == history
+    [event] = [e for e in runrecords.read_events(run_dir) if e["event"] == "nothing_to_train"]
+    assert (event["epoch"], event["epochs"], event["attempt"]) == (2, 2, 2)
+    holder = leases.current_holder(run_dir)
+    assert holder.token == 2 and holder.released
+
+    # A run still held by a live attempt is refused, as any start is.
+    monkeypatch.setenv("RAYTRAIN_LEASE_TTL_S", "3")
+    held = leases.Lease(run_dir, ttl_s=3).acquire()
+    try:
+        refused = raytrain("run", "linear", "--storage", str(tmp_path), "--name", "r", "--set", "train.epochs=2",
+                           *LINEAR_SETS)
+    finally:
+        held.release()
+    assert refused.returncode != 0 and "so it is running" in refused.stderr, refused
+    assert len([e for e in runrecords.read_events(run_dir) if e["event"] == "nothing_to_train"]) == 1
+
+    # A run that was stopped after its last checkpoint committed is finished: its result now says so.
+    stopped = json.loads(result) | {"status": "stopped", "error": "stopped by SIGTERM after 2 epoch(s)"}
+    (run_dir / layout.RESULT_FILE).write_text(json.dumps(stopped))
+    again = raytrain("local", "linear", "--storage", str(tmp_path), "--name", "r", "--set", "train.epochs=2",
+                     *LINEAR_SETS)
+    assert again.returncode == 0 and "nothing to train" in again.stdout, again
+    now = runrecords.read_result(run_dir)
+    assert now["status"] == "succeeded" and now["epochs_completed"] == 2 and "error" not in now, now
+    assert now["nothing_to_train"].startswith("nothing to train: r already finished 2 epochs") and now["attempt"] == 4
+    assert now["checkpoint"] == json.loads(result)["checkpoint"]
+    report = raytrain("report", str(run_dir), "--out", str(tmp_path / "report.png"))
+    assert report.returncode == 0 and (tmp_path / "report.png").stat().st_size, report
+
+
+def test_a_newest_checkpoint_that_only_its_hash_shows_damaged_trains_on_from_the_one_before(tmp_path, raytrain):
+    """The look before the lease reads no checkpoint state; the check under it does, and the start goes on in full."""
+    first = train_local(linear(tmp_path, "train.epochs=3"), out=io.StringIO())
+    newest = min(first.run_dir.glob("checkpoint_epoch000003_*"))
+    state = newest / checkpoints.STATE_FILE
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    state.write_bytes(bytes(data))
+    done = raytrain("local", "linear", "--storage", str(tmp_path), "--name", "r", "--set", "train.epochs=3",
+                    *LINEAR_SETS)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to train" not in done.stdout
+    result = runrecords.read_result(first.run_dir)
+    assert result["status"] == "succeeded" and result["resumed_from_epoch"] == 2, result
+    assert result["attempt"] == 3  # attempt 2 took the lease, found something to train and gave it back unwritten
+    assert [r["epoch"] for r in runrecords.read_metrics(first.run_dir)] == [1, 2, 3]
+
+
+def test_a_finished_run_on_object_storage_ends_before_ray_the_same_way(s3_prefix, raytrain, no_ray):
+    first = train_local(linear(s3_prefix, "train.epochs=2"), out=io.StringIO())
+    done = raytrain("run", "linear", "--storage", s3_prefix, "--name", "r", "--set", "train.epochs=2",
+                    *LINEAR_SETS)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to train: r already finished 2 epochs" in done.stdout, done.stdout
+    assert runrecords.read_result(first.run_dir)["attempt"] == 1  # the result of the attempt that trained
+    holder = leases.current_holder(first.run_dir)
+    assert holder.token == 2 and holder.released

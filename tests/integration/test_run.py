@@ -42,6 +42,22 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
     assert result["resumed_from_epoch"] is None
     assert "epoch 60/60" in done.stdout and "succeeded: 60 epochs" in done.stdout
 
+    # The same command again: nothing left to train, so it ends before Ray (no join, no worker group), in one line,
+    # exit 0, with the lease taken and released and the result of the attempt that trained kept (issue 42).
+    began = time.monotonic()
+    finished = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--address", ray_head.address)
+    seconds = time.monotonic() - began
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "nothing to train: lin already finished 60 epochs" in finished.stdout, finished.stdout
+    assert "joined Ray cluster" not in finished.stdout and "training lin" not in finished.stdout, finished.stdout
+    assert len(checks.starts(run_dir)) == 1 and result_of(run_dir) == result  # no worker group; the result stands
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    skipped = [e for e in events if e["event"] == "nothing_to_train"]
+    assert [(e["epoch"], e["attempt"]) for e in skipped] == [(60, 2)], skipped
+    lease = json.loads((run_dir / "lease.json").read_text())
+    assert lease["token"] == 2 and lease["released"], lease  # taken, then given back
+    print(f"finished run started again: {seconds:.1f}s")
+
     # A re-run resumes; here the newest checkpoint (60) is damaged, so it says so and resumes from the one before
     # (55). (A re-run from an intact newest checkpoint is what every other resume test meets.)
     assert checks.checkpoint_epochs(run_dir)[-2:] == [55, 60]

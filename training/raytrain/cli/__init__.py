@@ -44,14 +44,16 @@ def _error(message: str) -> None:
     console.error(message)
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, cfg=None):
+    """The run's config (`cfg` when already loaded), with the console set up for the run (its driver-logs copy)."""
     from raytrain.rundir.runrecords import run_dir_of
     from raytrain.spec import workdir
     from raytrain.spec.config import load_config
 
-    # The user's modules (`_component_: my_models.Net`) resolve from the project directory, as `python train.py`.
-    workdir.use(args.working_dir or os.getcwd())
-    cfg = load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test)
+    if cfg is None:
+        # The user's modules (`_component_: my_models.Net`) resolve from the project directory, as `python train.py`.
+        workdir.use(args.working_dir or os.getcwd())
+        cfg = load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test)
     console.configure(run=cfg.run.name)
     try:  # this attempt's lines beside the run: they outlive the pod that printed them
         console.keep_copy(run_dir_of(cfg.run.storage_path, cfg.run.name))
@@ -60,11 +62,42 @@ def _load(args: argparse.Namespace):
     return cfg
 
 
+def _end_if_finished(args: argparse.Namespace) -> int | None:
+    """`run` and `local` of a run with nothing left to train (raytrain.driver.runstart.nothing_to_train) end here,
+    in about a second: its config read without importing torch or the user's code (raytrain's own components only),
+    a look at its newest checkpoint, then the attempt that takes the lease (a running attempt still refuses this
+    start), checks the resume, says so in one line and exits 0, without building anything or starting Ray. None: the
+    start goes the whole way (a config with code of the user's, one this light reading cannot check, a run with
+    something to train, also when the look under the lease finds that after all)."""
+    from raytrain.driver.attempt import NotFinished, run_attempt
+    from raytrain.driver.runstart import looks_finished
+    from raytrain.spec import workdir
+    from raytrain.spec.config import load_config
+
+    workdir.use(args.working_dir or os.getcwd())
+    try:
+        cfg = load_config(args.config, config_overrides(args.set, args.name, args.storage), smoke=args.smoke_test,
+                          import_user_code=False)
+    except RaytrainError:
+        return None  # the full load says what is wrong
+    if cfg.unchecked or not looks_finished(cfg):
+        return None
+    cfg = _load(args, cfg)
+    try:
+        return run_attempt(cfg, None, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
+    except NotFinished:
+        return None
+
+
 def _address(args: argparse.Namespace) -> Optional[str]:
     return args.address or os.environ.get("RAY_ADDRESS") or None
 
 
 def _report(outcome) -> int:
+    if outcome.nothing_to_train:  # a finished run started again: its one line, no result line of a training
+        console.info("nothing_to_train", outcome.nothing_to_train, run_dir=str(outcome.run_dir),
+                     checkpoint=outcome.result.get("checkpoint"), status=outcome.result.get("status"))
+        return EXIT_OK
     result = outcome.result
     metrics = result.get("metrics", {})
     parts = [f"{result['status']}: {result['epochs_completed']} epochs"]
@@ -123,6 +156,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # attempt can end cleanly; it reads this when Ray is first imported, so before anything else. (Ray's processes
     # inherit it: a crash there is still reported by Ray.)
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    finished = _end_if_finished(args)
+    if finished is not None:
+        return finished
     cfg = _load(args)
     trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job(),
                          resize_timeout_s=_seconds_env("RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S", CHECKPOINT_TIMEOUT_S))
@@ -135,6 +171,9 @@ def cmd_local(args: argparse.Namespace) -> int:
     from raytrain.driver.preflight import check_local_gpu
     from raytrain.spec.loops import local_refusal
 
+    finished = _end_if_finished(args)
+    if finished is not None:
+        return finished
     cfg = _load(args)
     refusal = local_refusal(cfg)
     if refusal is not None:

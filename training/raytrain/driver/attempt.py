@@ -4,7 +4,12 @@ In the driver, in this order:
 1. the storage is checked and the run's lease taken into the process's run control (raytrain.driver.runstart,
    raytrain.rundir.runcontrol: a dead holder is taken over after the TTL; a running one refuses the start, naming it, or
    is awaited with --wait-for-lease);
-2. the resume is checked (staging directories removed, a refused change named: raytrain.checkpoint.resume);
+2. the resume is checked (staging directories removed, a refused change named: raytrain.checkpoint.resume); when
+   the checkpoint it resumes from already holds the run's last epoch (runstart.nothing_to_train), the attempt ends
+   here, before Ray starts or anything is built: the line says so, events.jsonl records a `nothing_to_train`
+   event, the result.json of the attempt that trained it stays (any other is replaced by a succeeded one: the
+   run is finished), and the exit is 0. Not for a Tune trial (skip_finished=False: Tune waits for its
+   reports) nor a Ray Train function (it alone knows its end);
 3. the model builds, config.yaml is written, the data is prepared once (runstart.start_run); with run.tracking,
    the tracker syncer starts (raytrain.driver.tracking: a thread that sends the final metrics rows; never waited for);
 4. the trainer's body runs in a thread (Ray Train, or the loop in this process), while this thread owns SIGTERM
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, TextIO
 
-from raytrain.checkpoint import checkpoints
+from raytrain.checkpoint import checkpoints, resume
 from raytrain.driver import preflight, runstart, trackers, tracking
 from raytrain.errors import RaytrainError
 from raytrain.lifecycle.endings import REACTIONS, AttemptEnded, Ending
@@ -60,10 +65,18 @@ SIGNAL_HINTS = {
 class Outcome:
     run_dir: Path
     result: dict
+    nothing_to_train: str | None = None  # the line said instead of training a finished run (no Ray started)
 
     @property
     def ok(self) -> bool:
         return self.result["status"] == Ending.SUCCEEDED.value
+
+
+class NotFinished(Exception):
+    """An attempt run without a trainer (only to end a run with nothing left to train, raytrain.cli's start before
+    the full config load) found, under the lease, something to train after all: its newest checkpoint was damaged
+    or removed since the look before the lease. It ended without writing a result and released the lease; the
+    caller starts the run in full (a new attempt)."""
 
 
 class Trainer(Protocol):
@@ -128,8 +141,10 @@ def watchdog(driver_pid: int, interval_s: float = 1.0) -> None:
 
 class Attempt:
     def __init__(self, cfg: RunConfig, *, wait_for_lease: bool = False, lease_ttl_s: float = leases.DEFAULT_TTL_S,
-                 stop_grace_s: float = STOP_GRACE_S, out: Optional[TextIO] = None, handle_signals: bool = True):
+                 stop_grace_s: float = STOP_GRACE_S, out: Optional[TextIO] = None, handle_signals: bool = True,
+                 skip_finished: bool = True):
         self.cfg = cfg
+        self.skip_finished = skip_finished  # end before training when there is nothing left to train
         self.out = out if out is not None else sys.stdout  # now, not when this module was imported
         self.stop_grace_s = stop_grace_s
         self.wait_for_lease, self.lease_ttl_s = wait_for_lease, lease_ttl_s
@@ -160,7 +175,8 @@ class Attempt:
         self.stop_reason = SIGNAL_HINTS.get(signum, signal.Signals(signum).name)
         self.wake.set()
 
-    def run(self, trainer: Trainer) -> Outcome:
+    def run(self, trainer: Trainer | None) -> Outcome:
+        """trainer None: only end a finished run (nothing_to_train); NotFinished, the lease released, if it is not."""
         started = time.time()
         trackers.check_installed(trackers.configured(self.cfg))
         preflight.check_tracking_destination(self.cfg)
@@ -173,7 +189,15 @@ class Attempt:
             self.say(f"attempt {control.token} holds run {self.cfg.run.name} (lease "
                      f"{self.run_dir / layout.LEASE_FILE}" + (f", driver log {log}" if log else "") + ")",
                      attempt=control.token)
-            runstart.check_resume(self.cfg, records)
+            plan = runstart.check_resume(self.cfg, records)
+            finished = runstart.nothing_to_train(self.cfg, plan) if self.skip_finished else None
+            if finished is not None:
+                return self._nothing_to_train(records, control, started, plan, finished)
+            if trainer is None:
+                control.close("the attempt ended: the run has something to train, the caller starts it in full")
+                raise NotFinished(f"run {self.cfg.run.name} has something to train after all (resuming after "
+                                  f"epoch {plan.epoch})")
+            runstart.announce_applied(plan)
             runstart.start_run(self.cfg, records,
                                 lambda directory, error: summarize(directory, Ending.FAILED.value, started, error))
             self.syncer = tracking.start(self.cfg, records, self.out)
@@ -250,6 +274,26 @@ class Attempt:
             raise error
         return self._write(records, control, summarize(self.run_dir, Ending.SUCCEEDED.value, started))
 
+    def _nothing_to_train(self, records: runrecords.Records, control: RunControl, started: float,
+                          plan: resume.ResumePlan, line: str) -> Outcome:
+        """A finished run started again: nothing was built or trained. The result of the attempt that trained it
+        stays (succeeded, naming the checkpoint this start would resume from); any other (none, one of an older
+        checkpoint, or failed or stopped after the last checkpoint was committed) is replaced by this attempt's,
+        succeeded, since the run's last epoch is in that checkpoint."""
+        records.append_event("nothing_to_train", message=line, checkpoint=plan.checkpoint.name if plan.checkpoint
+                             else None, epoch=plan.epoch, step=plan.step, epochs=self.cfg.train.epochs,
+                             attempt=control.token)
+        previous = runrecords.read_result(self.run_dir)
+        if (previous is not None and previous.get("status") == Ending.SUCCEEDED.value and plan.checkpoint is not None
+                and Path(str(previous.get("checkpoint"))).name == plan.checkpoint.name):
+            control.close("the attempt ended (nothing to train)")
+            return Outcome(self.run_dir, previous, nothing_to_train=line)
+        result = summarize(self.run_dir, Ending.SUCCEEDED.value, started)
+        result["nothing_to_train"] = line
+        outcome = self._write(records, control, result)
+        outcome.nothing_to_train = line
+        return outcome
+
     def _write(self, records: runrecords.Records, control: RunControl, result: dict) -> Outcome:
         if self.syncer is not None and self.syncer.ids():
             result["tracking"] = self.syncer.ids()
@@ -315,10 +359,11 @@ class Attempt:
         self.watchdog = None
 
 
-def run_attempt(cfg: RunConfig, trainer: Trainer, report: Callable[[Outcome], int], *,
+def run_attempt(cfg: RunConfig, trainer: Trainer | None, report: Callable[[Outcome], int], *,
                 wait_for_lease: bool = False, lease_ttl_s: float = leases.DEFAULT_TTL_S,
                 stop_grace_s: float = STOP_GRACE_S, out: Optional[TextIO] = None) -> int:
-    """Run one attempt and return its exit code: report's for an outcome, 128 + the signal when stopped by one."""
+    """Run one attempt and return its exit code: report's for an outcome, 128 + the signal when stopped by one.
+    trainer None: only end a run with nothing left to train (Attempt.run; NotFinished if it has something)."""
     attempt = Attempt(cfg, wait_for_lease=wait_for_lease, lease_ttl_s=lease_ttl_s, stop_grace_s=stop_grace_s,
                       out=out)
     try:

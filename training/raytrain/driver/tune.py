@@ -191,7 +191,8 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     # The trial runs inside the sweep's Ray: it neither starts nor stops one.
     trainer = RayTrainer(cfg, address="auto", callbacks=(TuneReportCallback(),), owns_ray=False,
                          per_worker=per_worker)
-    Attempt(cfg, handle_signals=False).run(trainer)
+    # A trial whose run is finished still starts its worker group: Tune waits for its reports.
+    Attempt(cfg, handle_signals=False, skip_finished=False).run(trainer)
 
 
 # ----------------------------------------------------------------------------------------------------------
