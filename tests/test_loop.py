@@ -148,3 +148,30 @@ def test_a_loop_of_ones_own_needs_no_model_or_data_and_keeps_its_optimizers_sett
     second = train_local(write(3, 0.9, 0.05), out=io.StringIO())
     assert [r["lr"] for r in runrecords.read_metrics(second.run_dir)] == [0.05, 0.05, 0.05]
     assert not [e for e in runrecords.read_events(second.run_dir) if e["event"] == "restored" and e["applied"]]
+
+
+def test_an_epoch_resumed_mid_way_counts_only_the_samples_it_trained_in_its_throughput(tmp_path):
+    """Issue 38: the epoch a run resumes in keeps the restored steps' samples in its row (`samples`, the loss), but
+    its samples/s counts only the samples trained in the resumed part's seconds (`epoch_s`)."""
+    from raytrain.checkpoint import checkpoints
+
+    cfg = linear(tmp_path, "run.checkpoint_every_steps=5", "train.epochs=1", "run.keep_checkpoints=50")
+    first = train_local(cfg, out=io.StringIO())
+    [whole] = runrecords.read_metrics(first.run_dir)
+    assert whole["samples_per_s"] * whole["epoch_s"] == pytest.approx(whole["samples"])
+    for path in checkpoints.committed(first.run_dir):
+        if checkpoints.position_of(path).step != 5:
+            checkpoints.remove(path)
+    runrecords.Records(first.run_dir).truncate_metrics(0)
+    second = train_local(cfg, out=io.StringIO())
+    [resumed] = runrecords.read_metrics(second.run_dir)
+    assert resumed["resumed_from_epoch"] == 0 and resumed["samples"] == whole["samples"]
+    assert resumed["samples_per_s"] * resumed["epoch_s"] == pytest.approx(whole["samples"] - 5 * 12)
+
+
+def test_a_rows_throughput_is_over_the_samples_trained_in_its_seconds():
+    from raytrain.loop import metrics_row
+
+    row = metrics_row(EpochStats(loss_sum=50.0, samples=100), None, 2.0, False, trained=40)
+    assert (row["samples"], row["samples_per_s"], row["epoch_s"], row["train_loss"]) == (100, 20.0, 2.0, 0.5)
+    assert metrics_row(EpochStats(loss_sum=50.0, samples=100), None, 2.0, False)["samples_per_s"] == 50.0

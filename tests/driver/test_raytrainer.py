@@ -34,3 +34,39 @@ def test_a_full_disk_on_a_worker_is_named_as_such_with_its_directory(tmp_path):
             assert root_cause(outer) == f"the disk is full at {disk / 'staging'} (No space left on device)"
         else:
             pytest.fail("a 64 KiB disk took 200 KB")
+
+
+def test_progress_prints_what_rank_0_printed_before_the_rows_of_the_same_poll(tmp_path):
+    """Issue 38: the driver joins Ray with log_to_driver=False, so rank 0's prints reach its console through the
+    run directory (raytrain.rundir.workerlogs): each new line once, before the poll's new rows, a last line without
+    its newline at the stop; another attempt's lines are not this one's."""
+    import io
+    import json
+
+    from raytrain.driver.raytrainer import Progress
+    from raytrain.rundir import console, runrecords, workerlogs
+
+    out = io.StringIO()
+    progress = Progress(tmp_path, 2, out, attempt=4)
+    log = workerlogs.log_path(tmp_path, 4)
+    log.parent.mkdir()
+    log.write_text("loading data\nepoch 1 done\nhal")
+    workerlogs.log_path(tmp_path, 3).write_text("an older attempt's line\n")
+    runrecords.Records(tmp_path).append_metrics({"epoch": 1, "train_loss": 0.5, "epoch_s": 1.0})
+    progress.poll()
+    progress.poll()  # nothing new: nothing printed twice
+    progress.final = True
+    progress.poll()
+    assert out.getvalue().splitlines() == ["loading data", "epoch 1 done", "epoch 1/2  train_loss 0.5000", "hal"]
+
+    console.configure("json", run="r")
+    try:
+        out = io.StringIO()
+        progress = Progress(tmp_path, 2, out, attempt=5)
+        workerlogs.log_path(tmp_path, 5).write_text("hello\n")
+        progress.poll()
+        [line] = [json.loads(text) for text in out.getvalue().splitlines()]
+        assert (line["event"], line["rank"], line["message"]) == ("output", 0, "hello")
+    finally:
+        console.configure("human")
+        console._settings["run"] = None

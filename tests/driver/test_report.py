@@ -8,7 +8,7 @@ import pytest
 
 from raytrain.checkpoint import checkpoints
 from raytrain.cli import EXIT_OK, EXIT_USAGE, main
-from raytrain.driver.report import load_runs, report, summary_lines
+from raytrain.driver.report import load_runs, plan_panels, report, summary_lines
 from raytrain.rundir import runrecords
 from raytrain.spec.config import dump_yaml, load_config
 
@@ -127,3 +127,81 @@ def test_an_elastic_runs_resizes_are_marked(tmp_path):
     assert "1..2 (elastic) workers" in lines[1]
     assert lines[-1] == "  workers: 2 -> 1 at epoch 3 step 40, 1 -> 2"
     assert matplotlib.image.imread(png).shape[1] > 1000
+
+
+def function_run(storage, name, rows):
+    """A Ray Train function's run directory (raytrain.worker.raytrain_function) holding `rows`."""
+    run_dir = runrecords.run_dir_of(str(storage), name)
+    stored = load_config("digits", [f"run.name={name}"]).to_dict()
+    stored["loop"] = {"_component_": "train_func.train_func", "train_loop_config": {"lr": 0.01}}
+    runrecords.Records(run_dir).write_config(__import__("yaml").safe_dump(stored))
+    for row in rows:
+        runrecords.Records(run_dir).append_metrics(row)
+    return run_dir
+
+
+def test_each_panel_says_what_it_measured_and_a_panel_with_nothing_to_draw_is_left_out_saying_why(tmp_path):
+    """Issue 38: a regression run draws no empty accuracy panel, a Ray Train function's `accuracy` is not called
+    validation accuracy, and a function's run (no samples/s) draws no empty throughput panel."""
+    regression = load_runs([make_run(tmp_path, "regression", 3, accuracy=False)])
+    panels, left_out = plan_panels(regression)
+    assert [p.key for p in panels] == ["loss", "samples_per_s"]
+    assert "train_loss: training loss" in panels[0].title and "val_loss: validation loss" in panels[0].title
+    assert "samples trained" in panels[1].title
+    assert left_out == [("no accuracy panel: no run reports val_accuracy or accuracy (a regression, or a function "
+                         "that measures none)")]
+
+    classifier = load_runs([make_run(tmp_path, "digits", 3)])
+    panels, left_out = plan_panels(classifier)
+    assert (panels[1].key, panels[1].title) == ("accuracy", "Validation accuracy (val_accuracy: validation accuracy)")
+    assert left_out == []
+
+    function = load_runs([function_run(tmp_path, "script", [{"epoch": e, "loss": 1.0 / (e + 1), "accuracy": 0.5}
+                                                             for e in range(3)])])
+    panels, left_out = plan_panels(function)
+    assert [p.key for p in panels] == ["loss", "accuracy"]
+    assert panels[0].title == "Loss (loss: as the Ray Train function reported it)"
+    assert panels[1].title == "Accuracy (accuracy: as the Ray Train function reported it)"
+    assert "validation" not in panels[1].title.lower()
+    assert left_out[0].startswith("no throughput panel: no run reports samples_per_s")
+    _, png, _ = report([function[0].run_dir])
+    height, width, _ = matplotlib.image.imread(png).shape
+    assert width > 1000 and height < 700  # one row of panels: no empty one drawn
+
+    both = load_runs([classifier[0].run_dir, function[0].run_dir])  # compared: each curve's key is named
+    panels, _ = plan_panels(both)
+    assert panels[1].title == ("Accuracy (val_accuracy: validation accuracy; accuracy: as the Ray Train function "
+                               "reported it)")
+    assert plan_panels(load_runs([make_run(tmp_path, "fresh", 0, result=False)])) == ([panels[0].__class__(
+        "loss", [])], [])  # no row yet: the loss panel alone says so, nothing is "left out"
+
+
+def test_a_resumes_label_is_drawn_whole_inside_the_loss_panel(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.text import Annotation
+
+    import raytrain.driver.report as report_module
+
+    figures = []
+    real_close = matplotlib.pyplot.close
+    run_dir = make_run(tmp_path, "digits", 12, resumed_at=12)
+    records = runrecords.Records(run_dir)
+    records.append_event("start", start_epoch=1, resumed_from_epoch=None, world_size=2)  # began again: at 0.5
+    try:
+        matplotlib.pyplot.close = figures.append  # keep the figure to look at
+        report_module.draw(load_runs([run_dir]), tmp_path / "r.png")
+    finally:
+        matplotlib.pyplot.close = real_close
+    [figure] = figures
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    labels = {t.get_text(): t for ax in figure.axes for t in ax.texts if isinstance(t, Annotation)}
+    assert set(labels) == {"resumed from epoch 12", "restarted from scratch"}  # at each end of the epochs
+    for label in labels.values():
+        inside = label.axes.get_window_extent(renderer)
+        box = label.get_window_extent(renderer)
+        assert inside.y0 <= box.y0 and box.y1 <= inside.y1 and inside.x0 <= box.x0 and box.x1 <= inside.x1, \
+            label.get_text()
+    real_close(figure)

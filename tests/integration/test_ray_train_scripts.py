@@ -257,6 +257,7 @@ def train_func(config):
             open(os.path.join(tmp, f"rank-{rank}.bin"), "wb").write(bytes([rank, epoch]) * 1000)
             # the last epoch: rank 1 alone reports one (the others report metrics only)
             reported = rank == 1 or epoch < config["epochs"] - 1
+            print(f"rank {rank} trained epoch {epoch}")  # rank 0's on the console and in the run's logs
             ray.train.report({"epoch": epoch, "loss": 1.0 / (epoch + 1)},
                              checkpoint=ray.train.Checkpoint.from_directory(tmp) if reported else None)
 '''
@@ -267,7 +268,9 @@ def test_on_s3_every_ranks_reported_files_reach_the_bucket_and_a_rerun_resumes_f
     """Issue 40, 9 and 12: a function whose every rank reports a directory (a shared state.json and a file of its
     own) on S3: each committed checkpoint holds every rank's files (on an object store each worker stages on its
     own node and uploads its own), rank 1's alone when only it reports, keep_checkpoints is honoured, no staged
-    copy stays in the temporary directory, and a rerun with more epochs resumes from them."""
+    copy stays in the temporary directory, and a rerun with more epochs resumes from them. Issue 38: what rank 0
+    prints is on the driver's console, each line before its report's row, and kept in the bucket (worker-logs/
+    as it is written, driver-logs/ with the console); rank 1's stays in Ray's logs."""
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "every_rank.py").write_text(EVERY_RANK)
     text = f"""
@@ -279,8 +282,17 @@ def test_on_s3_every_ranks_reported_files_reach_the_bucket_and_a_rerun_resumes_f
     # This run's own temporary directory, short (Ray puts its AF_UNIX sockets under it: 107 bytes at most)
     tmpdir = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     request.addfinalizer(lambda: shutil.rmtree(tmpdir, ignore_errors=True))
-    run(project, TMPDIR=str(tmpdir))
+    done = run(project, TMPDIR=str(tmpdir))
     run_dir = runrecords.run_dir_of(s3_prefix, "ranks")
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("rank ")] == [f"rank 0 trained epoch {e}" for e in range(4)]
+    for epoch in range(4):  # each print before its report's row (a poll prints its new lines, then its new rows)
+        row = lines.index(f"epoch {epoch}  loss {1.0 / (epoch + 1):.4g}")
+        assert lines.index(f"rank 0 trained epoch {epoch}") < row, done.stdout
+    assert (run_dir / "worker-logs" / "attempt-1-rank0.log").read_text() == \
+        "".join(f"rank 0 trained epoch {epoch}\n" for epoch in range(4))
+    [driver_log] = list((run_dir / "driver-logs").iterdir())
+    assert "rank 0 trained epoch 3\n" in driver_log.read_text()
     found = checkpoints.committed(run_dir)
     assert [checkpoints.position_of(p).epoch for p in found] == [3, 2]
     for path in found:

@@ -46,6 +46,7 @@ def train_loop(session: Session) -> None:
     per_step = scheduler if cfg.scheduler_interval == "step" else None
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         began = time.perf_counter()
+        carried = float(running.samples)  # restored from a mid-epoch checkpoint: trained by an earlier attempt
         log = None
         if cfg.run.log_every_steps:
             def log(step: int, loss: "torch.Tensor", epoch: int = epoch) -> None:
@@ -57,14 +58,15 @@ def train_loop(session: Session) -> None:
         if scheduler is not None and per_step is None:
             scheduler.step()
         seconds = time.perf_counter() - began
-        train = EpochStats(*session.all_reduce(running.as_list()))
+        *sums, carried = session.all_reduce([*running.as_list(), carried])
+        train = EpochStats(*sums)
         running.reset()  # before report: an epoch-end checkpoint starts the next epoch from zero
         val_batches = session.batches("val")
         val = None
         if val_batches is not None:
             val = evaluate(model, val_batches, loss_fn, cfg.classification, amp_dtype)
             val = EpochStats(*session.all_reduce(val.as_list()))
-        row = metrics_row(train, val, seconds, cfg.classification)
+        row = metrics_row(train, val, seconds, cfg.classification, trained=train.samples - carried)
         row["peak_rss_mb"] = peak_rss_mb(session)  # memory stays bounded while data streams through
         if scheduler is not None:
             row["lr"] = optimizer.param_groups[0]["lr"]
@@ -231,11 +233,16 @@ def _autocast(device: "torch.device", dtype: Optional["torch.dtype"]):
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
-def metrics_row(train: EpochStats, val: Optional[EpochStats], seconds: float, classification: bool) -> dict:
+def metrics_row(train: EpochStats, val: Optional[EpochStats], seconds: float, classification: bool,
+                trained: Optional[float] = None) -> dict:
+    """The epoch's row: `samples` and `train_loss` over the whole epoch; `samples_per_s` over the samples trained
+    in `seconds` (`trained`: fewer than the epoch's in an epoch resumed from a mid-epoch checkpoint, whose earlier
+    samples an earlier attempt trained), `epoch_s` those seconds."""
+    trained = train.samples if trained is None else trained
     row = {
         "train_loss": train.loss_sum / max(train.samples, 1),
         "samples": int(train.samples),
-        "samples_per_s": train.samples / max(seconds, 1e-9),
+        "samples_per_s": max(trained, 0.0) / max(seconds, 1e-9),
         "epoch_s": seconds,
     }
     if val is not None and val.samples:

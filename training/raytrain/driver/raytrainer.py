@@ -27,7 +27,7 @@ from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import format_row
 from raytrain.platform.rayinternals import quiet_ray_thread_warning
-from raytrain.rundir import console, layout, runrecords, storage
+from raytrain.rundir import console, layout, runrecords, storage, workerlogs
 from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
 from raytrain.worker import elastic
@@ -64,8 +64,9 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
     import ray
 
     # log_to_driver=False: the driver's console carries raytrain's own lines (per-epoch rows, warnings, resumes,
-    # one closing message), not every worker's output and Ray's retry tracebacks; those stay in Ray's logs
-    # (the session's logs/ directory, the dashboard, `ray job logs`).
+    # one closing message) and what rank 0 prints (through the run directory: Progress), not every worker's output
+    # and Ray's retry tracebacks; those stay in Ray's logs (the session's logs/ directory, the dashboard,
+    # `ray job logs`).
     if ray.is_initialized():
         return "already connected"
     # Ray 2.55 announces a future default with a FutureWarning on every init. We want today's behaviour (workers
@@ -99,11 +100,14 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
 
 
 class Progress(threading.Thread):
-    """Prints each epoch's row as rank 0 writes it to metrics.jsonl; a bar on interactive terminals."""
+    """Prints each epoch's row as rank 0 writes it to metrics.jsonl, a bar on interactive terminals, and what rank 0
+    of `attempt` prints (raytrain.rundir.workerlogs)."""
 
-    def __init__(self, run_dir: Path, epochs: int, out: TextIO):
+    def __init__(self, run_dir: Path, epochs: int, out: TextIO, attempt: Optional[int] = None):
         super().__init__(daemon=True)
         self.run_dir, self.epochs, self.out = run_dir, epochs, out
+        self.output = workerlogs.Follower(run_dir, attempt)
+        self.final = False  # the last poll: a last line without its newline is printed too
         self.interactive = out.isatty() and not console.is_json()
         # Keyed by epoch and its duration: an epoch trained again after a resume is a new row worth printing.
         self.printed: set[tuple] = {self.key(row) for row in runrecords.read_metrics(run_dir)}
@@ -114,6 +118,7 @@ class Progress(threading.Thread):
     def run(self) -> None:
         while not self.stopping.wait(0.5):
             self.poll_quietly()
+        self.final = True
         self.poll_quietly()
 
     def poll_quietly(self) -> None:
@@ -133,6 +138,8 @@ class Progress(threading.Thread):
         return row["epoch"], row.get("epoch_s")
 
     def poll(self) -> None:
+        for line in self.output.new_lines(final=self.final):  # before the rows: a function prints, then reports
+            console.output(line, out=self.out, rank=0)
         events = runrecords.read_events(self.run_dir)
         for event in events[self.events_seen:]:
             if event["event"] == "warning":
@@ -290,7 +297,7 @@ class RayTrainer:
         # Ray Train propagates this variable from the driver to its controller and workers.
         os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
         # A Ray Train function's reports count what it says (train.epochs is not its setting): no "of N".
-        progress = Progress(run_dir, 0 if loops.is_ray_train_loop(cfg) else cfg.train.epochs, self.out)
+        progress = Progress(run_dir, 0 if loops.is_ray_train_loop(cfg) else cfg.train.epochs, self.out, records.token)
         progress.start()
         try:
             trainer.fit()

@@ -1,6 +1,8 @@
 """`raytrain report`: a PNG (and an HTML page embedding it) of one or more run directories: training and
 validation loss, validation accuracy and throughput per epoch, worker-group restarts and resumes (events.jsonl)
-marked on the curves, and each run's summary (config, status, checkpoints, duration).
+marked on the curves, and each run's summary (config, status, checkpoints, duration). Each panel's title names the
+metrics it draws and what they measured (a Ray Train function's own `loss` and `accuracy` are drawn as what it
+reported, not as validation); a panel no run has a metric for is left out, with a line saying so.
 
 Several run directories share one plot, to compare runs; a `raytrain tune` directory (it holds tune.json) stands
 for its trials, the best one drawn bold. It reads only the files of the run layout (raytrain.rundir.layout), so it works
@@ -206,14 +208,69 @@ def summary_lines(run: RunData) -> list[str]:
 # ----------------------------------------------------------------------------------------------------------
 # drawing
 
-PANELS = (("loss", "Loss (solid: train, dashed: validation)"), ("val_accuracy", "Validation accuracy"),
-          ("samples_per_s", "Throughput (samples/s, all workers)"))
+# What each metric a run may report measured, as a figure names it. A Ray Train function's `loss` and `accuracy`
+# are what the function measured (on its training data or a validation split: it does not say), never called
+# validation here.
+MEASURED = {
+    "train_loss": "train_loss: training loss",
+    "val_loss": "val_loss: validation loss (dashed)",
+    "loss": "loss: as the Ray Train function reported it",
+    "val_accuracy": "val_accuracy: validation accuracy",
+    "accuracy": "accuracy: as the Ray Train function reported it",
+    "samples_per_s": "samples/s of all workers: samples trained in each epoch's attempt over its training time",
+}
+PANEL_NAMES = {"loss": "Loss", "accuracy": "Accuracy", "samples_per_s": "Training throughput"}
+
+
+@dataclass
+class Panel:
+    key: str  # "loss", "accuracy" or "samples_per_s"
+    series: list[tuple[RunData, str, bool]]  # (run, metric key, dashed) drawn in it
+
+    @property
+    def title(self) -> str:
+        """The panel's name and what each of its curves measured (the metric keys, as in metrics.jsonl)."""
+        keys = list(dict.fromkeys(key for _, key, _ in self.series))
+        if self.key == "samples_per_s":
+            return f"{PANEL_NAMES[self.key]} ({MEASURED['samples_per_s']})"
+        name = "Validation accuracy" if keys == ["val_accuracy"] else PANEL_NAMES[self.key]
+        return f"{name} ({'; '.join(MEASURED[k] for k in keys)})"
+
+
+def _loss_key(run: RunData) -> str:
+    return "train_loss" if any("train_loss" in r for r in run.rows) else "loss"
+
+
+def _accuracy_key(run: RunData) -> str:
+    return "val_accuracy" if any("val_accuracy" in r for r in run.rows) else "accuracy"
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
-    xs = [r["epoch"] for r in rows if key in r and r[key] is not None]
-    ys = [float(r[key]) for r in rows if key in r and r[key] is not None]
+    xs = [r["epoch"] for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+    ys = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
     return xs, ys
+
+
+def plan_panels(loaded: list[RunData]) -> tuple[list[Panel], list[str]]:
+    """The panels with something to draw (the loss panel always: it says when no epoch finished yet), and a line
+    for each panel left out, saying why (a regression run has no accuracy; a Ray Train function reports no
+    throughput)."""
+    panels = {key: Panel(key, []) for key in PANEL_NAMES}
+    for run in loaded:
+        for panel, key, dashed in (("loss", _loss_key(run), False), ("loss", "val_loss", True),
+                                   ("accuracy", _accuracy_key(run), False), ("samples_per_s", "samples_per_s", False)):
+            if _series(run.rows, key)[0]:
+                panels[panel].series.append((run, key, dashed))
+    left_out = []
+    if any(run.rows for run in loaded):
+        if not panels["accuracy"].series:
+            left_out.append("no accuracy panel: no run reports val_accuracy or accuracy (a regression, or a function "
+                            "that measures none)")
+        if not panels["samples_per_s"].series:
+            left_out.append("no throughput panel: no run reports samples_per_s (a Ray Train function's rows hold "
+                            "what it reports)")
+    drawn = [panels["loss"]] + [p for p in (panels["accuracy"], panels["samples_per_s"]) if p.series]
+    return drawn, left_out
 
 
 def draw(loaded: list[RunData], out: Path) -> Path:
@@ -222,18 +279,25 @@ def draw(loaded: list[RunData], out: Path) -> Path:
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    summaries = [line for run in loaded for line in summary_lines(run)]
+    panels, left_out = plan_panels(loaded)
+    summaries = [line for run in loaded for line in summary_lines(run)] + left_out
     text_height = 0.18 * len(summaries) + 0.4
-    fig = plt.figure(figsize=(13, 7.5 + text_height))
-    grid = fig.add_gridspec(3, 2, height_ratios=[3.2, 3.2, text_height], hspace=0.45, wspace=0.18)
-    axes = {"loss": fig.add_subplot(grid[0, 0]), "val_accuracy": fig.add_subplot(grid[0, 1]),
-            "samples_per_s": fig.add_subplot(grid[1, :])}
-    text_ax = fig.add_subplot(grid[2, :])
+    keys = [p.key for p in panels]
+    rows = 2 if "samples_per_s" in keys else 1
+    fig = plt.figure(figsize=(13, 3.75 * rows + 0.5 + text_height))
+    grid = fig.add_gridspec(rows + 1, 2, height_ratios=[3.2] * rows + [text_height], hspace=0.5, wspace=0.18)
+    axes = {"loss": fig.add_subplot(grid[0, 0] if "accuracy" in keys else grid[0, :])}
+    if "accuracy" in keys:
+        axes["accuracy"] = fig.add_subplot(grid[0, 1])
+    if "samples_per_s" in keys:
+        axes["samples_per_s"] = fig.add_subplot(grid[1, :])
+    text_ax = fig.add_subplot(grid[rows, :])
     text_ax.axis("off")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     many = len(loaded) > 1
-    has = {key: False for key, _ in PANELS}
+    marks: list[tuple[float, str, str]] = []  # (x, label, colour) of each restart and resume
     for i, run in enumerate(loaded):
         color = colors[i % len(colors)]
         width = 2.6 if run.best or not many else 1.3
@@ -242,22 +306,16 @@ def draw(loaded: list[RunData], out: Path) -> Path:
         label = run.name + (" (best)" if run.best else "")
         style = dict(color=color, linewidth=width, alpha=alpha, marker=marker, markersize=3.5,
                      zorder=3 if run.best else 2)  # the best trial drawn over the others
-        # A Ray Train function's own "loss" and "accuracy" where the built-in names are absent.
-        loss = "train_loss" if any("train_loss" in r for r in run.rows) else "loss"
-        accuracy = "val_accuracy" if any("val_accuracy" in r for r in run.rows) else "accuracy"
-        for key, panel, dashed in ((loss, "loss", False), ("val_loss", "loss", True),
-                                   (accuracy, "val_accuracy", False), ("samples_per_s", "samples_per_s", False)):
-            xs, ys = _series(run.rows, key)
-            if not xs:
-                continue
-            has[panel] = True
-            if many:  # one colour per run, named once in the figure's legend
-                line_label = None if dashed else label
-                line_style = style
-            else:  # one run: validation in a colour of its own
-                line_label = {"train_loss": "train", "loss": "loss", "val_loss": "validation"}.get(key)
-                line_style = {**style, "color": colors[1]} if dashed else style
-            axes[panel].plot(xs, ys, linestyle="--" if dashed else "-", label=line_label, **line_style)
+        for panel in panels:
+            for _, key, dashed in (series for series in panel.series if series[0] is run):
+                xs, ys = _series(run.rows, key)
+                if many:  # one colour per run, named once in the figure's legend
+                    line_label = None if dashed else label
+                    line_style = style
+                else:  # one run: validation in a colour of its own
+                    line_label = {"train_loss": "train", "loss": "loss (reported)", "val_loss": "validation"}.get(key)
+                    line_style = {**style, "color": colors[1]} if dashed else style
+                axes[panel.key].plot(xs, ys, linestyle="--" if dashed else "-", label=line_label, **line_style)
         mark = color if many else "tab:red"  # one run: restarts in a colour no curve has
         starts = [e for e in run.events if e.get("event") == "start"]
         previous_size = starts[0].get("world_size") if starts else None
@@ -270,31 +328,29 @@ def draw(loaded: list[RunData], out: Path) -> Path:
             previous_size = event.get("world_size")
             for ax in axes.values():
                 ax.axvline(x, color=mark, linestyle=":", linewidth=1.4, alpha=0.9)
-            axes["loss"].annotate(note, xy=(x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                                  va="top", ha="right", color=mark)
-        if run.best:
-            xs, ys = _series(run.rows, "val_accuracy")
+            marks.append((x, note, mark))
+        if run.best and "accuracy" in axes:
+            xs, ys = _series(run.rows, _accuracy_key(run))
             if xs:
-                axes["val_accuracy"].annotate("best", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4),
-                                              fontsize=9, fontweight="bold", color=color)
-    if not many and has["loss"]:
+                axes["accuracy"].annotate("best", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4),
+                                          fontsize=9, fontweight="bold", color=color)
+    if not many and panels[0].series:
         axes["loss"].legend(fontsize=8, loc="upper right")
-    for key, title in PANELS:
-        ax = axes[key]
-        ax.set_title(title, fontsize=10, loc="left")
+    for panel in panels:
+        ax = axes[panel.key]
+        ax.set_title(panel.title, fontsize=9, loc="left", wrap=True)
         ax.set_xlabel("epoch", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.tick_params(labelsize=8)
-        if not has[key]:
-            note = (f"no {key.replace('_', ' ')} in these runs" if any(run.rows for run in loaded)
+        if not panel.series:  # the loss panel of runs with no row yet, or whose rows hold no loss
+            note = ("no loss in these runs' metrics" if any(run.rows for run in loaded)
                     else "no metrics yet (no epoch finished)")
             ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="gray")
         else:
-            from matplotlib.ticker import MaxNLocator
-
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if has["val_accuracy"]:
-        axes["val_accuracy"].set_ylim(top=min(1.0, axes["val_accuracy"].get_ylim()[1]) + 0.02)
+    _label_marks(axes, marks)
+    if "accuracy" in axes:
+        axes["accuracy"].set_ylim(top=min(1.0, axes["accuracy"].get_ylim()[1]) + 0.02)
     if many:
         named = {}
         for ax in axes.values():
@@ -310,6 +366,24 @@ def draw(loaded: list[RunData], out: Path) -> Path:
     fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
+
+
+def _label_marks(axes: dict, marks: list[tuple[float, str, str]]) -> None:
+    """Each restart's label in the loss panel, whole: every panel's epochs widened to show the marks (a resume
+    from epoch 0 is left of epoch 1), the label on the side of its line with room, below the panel's top edge, on
+    a backing of its own (never hidden by a curve)."""
+    if not marks:
+        return
+    for ax in axes.values():
+        left, right = ax.get_xlim()
+        ax.set_xlim(min(left, min(x for x, _, _ in marks) - 0.5), max(right, max(x for x, _, _ in marks) + 0.5))
+    left, right = axes["loss"].get_xlim()
+    for x, note, color in marks:
+        ha = "right" if x > (left + right) / 2 else "left"
+        axes["loss"].annotate(note, xy=(x, 0.97), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                              va="top", ha=ha, color=color, zorder=5,
+                              bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
+                                    "alpha": 0.8})
 
 
 def write_html(loaded: list[RunData], png: Path) -> Path:

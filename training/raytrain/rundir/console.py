@@ -129,6 +129,11 @@ def error(message: str, /, *, out: Optional[TextIO] = None, **fields: Any) -> No
     _emit("error", "error", message, f"raytrain: error: {message}", out, None, fields)
 
 
+def output(line: str, /, *, out: Optional[TextIO] = None, rank: int = 0) -> None:
+    """A line a worker printed (raytrain.rundir.workerlogs), as it printed it."""
+    _emit("info", "output", line, line, out, rank, {})
+
+
 def epoch(line: str, row: dict, /, *, out: Optional[TextIO] = None, bar: Optional[float] = None) -> None:
     """An epoch's row as rank 0 wrote it to metrics.jsonl; `line` is its human form; `bar`: the share of the run
     done, to draw a progress bar on an interactive terminal."""

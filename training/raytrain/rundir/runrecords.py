@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from raytrain.rundir import atomicfile, console, layout, storage
+from raytrain.rundir import atomicfile, console, layout, storage, workerlogs
 from raytrain.rundir.runcontrol import UNFENCED, Control
 
 
@@ -56,6 +56,7 @@ class Records:
 
     def _append_line(self, name: str, row: dict) -> None:
         self.check()
+        workerlogs.flush_pending()  # what rank 0 printed before this row is shown before it
         if storage.is_remote(self.run_dir):  # no append in an object store: a conditional rewrite
             storage.append_bytes(self.run_dir / name, (json.dumps(row) + "\n").encode("utf-8"))
             return

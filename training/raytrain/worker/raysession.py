@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from raytrain.checkpoint import checkpoints
 from raytrain.lifecycle.endings import REACTIONS, AttemptEnded
 from raytrain.parallel import collectives, sharding
-from raytrain.rundir import storage
+from raytrain.rundir import storage, workerlogs
 from raytrain.rundir.runcontrol import UNFENCED, WorkerControl
 from raytrain.spec import components, loops
 from raytrain.spec.config import config_from_dict
@@ -125,6 +125,17 @@ def worker_entry(loop_config: dict) -> None:
     session = RayTrainSession(cfg, storage.as_path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
                               loop_config.get("lease_token"))
     session._telemetry_linger = bool(loop_config.get("telemetry_linger"))
+    # Rank 0's prints reach the driver's console through the run directory (raytrain.rundir.workerlogs)
+    output = workerlogs.RankOutput(session.run_dir, loop_config.get("lease_token")).start() \
+        if session.is_rank_zero else None
+    try:
+        _run_loop(cfg, session, ray_train_function)
+    finally:
+        if output is not None:
+            output.stop()
+
+
+def _run_loop(cfg: RunConfig, session: RayTrainSession, ray_train_function: bool) -> None:
     session.start()
     try:
         if ray_train_function:

@@ -1,0 +1,203 @@
+"""Rank 0's own output (what a Ray Train function or a Session loop prints, its warnings) kept in the run directory
+as it is written, and shown on the driver's console.
+
+The driver joins Ray with log_to_driver=False (raytrain.driver.raytrainer): its console carries raytrain's lines,
+not every worker's output and Ray's retry tracebacks. So what rank 0 writes to sys.stdout and sys.stderr (Ray
+Train sends a worker's print() through its root logger to sys.stderr) would reach only Ray's session logs on its
+node, gone with the pod. `RankOutput` copies it, still writing it where it went, to
+RUN_DIR/worker-logs/attempt-<N>-rank0.log (whole lines, about once a second: appended to a file, or an object
+rewritten longer on an object store); the driver's progress thread follows the file (`Follower`) and prints each
+new line through raytrain.rundir.console, which keeps a copy in driver-logs/ too.
+
+Only text written through Python's sys.stdout and sys.stderr is copied (print, warnings, logging to the console);
+a C library writing to the file descriptors directly (NCCL) stays in Ray's logs. Nothing here ever raises into the
+code that prints: a copy that cannot be written is given up with one line on the worker's own stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Optional, TextIO
+
+from raytrain.rundir import layout, storage
+
+FLUSH_INTERVAL_S = 1.0
+_active: list["RankOutput"] = []  # the copy this process makes now, if any
+
+
+def flush_pending() -> None:
+    """Write what this process printed so far, before one of its records (a metrics row, an event) that the driver
+    shows after it: a line printed before a report comes before the report's row on the console too."""
+    for copy in _active[:]:  # a copy, as stop() removes from the list
+        copy.flush()
+
+
+def log_path(run_dir: Path, attempt: Optional[int], rank: int = 0) -> Path:
+    """RUN_DIR/worker-logs/attempt-<N>-rank<R>.log (attempt 0: a run written without a lease)."""
+    return storage.as_path(run_dir) / layout.WORKER_LOGS_DIR / f"attempt-{attempt or 0}-rank{rank}.log"
+
+
+class _RayRecords(logging.Filter):
+    """On Ray's console handlers: notes each record that is not the program's own as it is emitted, so that the
+    copy leaves its line in Ray's logs only: Ray's own loggers' (`ray`, `ray.*`: Ray Train's "Moving model to
+    device"), and the INFO and DEBUG records of libraries, which Ray Train's root logger at INFO lets through
+    (botocore's "Found credentials" as rank 0 writes to S3). print() (the root logger's records, in Ray Train) and
+    any logger's warnings and errors are copied. Ray's console handler writes a record in one write (message and
+    newline), in this thread, right after its filters pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ray_record = record.name == "ray" or record.name.startswith("ray.")
+        chatter = record.name != "root" and record.levelno < logging.WARNING
+        self.local.message = record.getMessage() if ray_record or chatter else None
+        return True
+
+    def is_ray_line(self, text: str) -> bool:
+        """Whether `text` is the write of the record just noted (each note answers one write)."""
+        message = getattr(self.local, "message", None)
+        self.local.message = None
+        return message is not None and message in text
+
+
+class _Tee:
+    """A text stream that writes to `original` and hands the same text to `sink`."""
+
+    def __init__(self, original: TextIO, sink: "RankOutput"):
+        self._original, self._sink = original, sink
+
+    def write(self, text: str) -> int:
+        if not self._sink.ray_records.is_ray_line(text):
+            self._sink.take(text)
+        return self._original.write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self._original.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer...: the original's
+        return getattr(self._original, name)
+
+
+class RankOutput:
+    """Copies this process's sys.stdout and sys.stderr text into log_path(run_dir, attempt, rank) while started."""
+
+    def __init__(self, run_dir: Path, attempt: Optional[int], rank: int = 0,
+                 interval_s: float = FLUSH_INTERVAL_S):
+        self.path = log_path(run_dir, attempt, rank)
+        self.interval_s = interval_s
+        self._pending: list[str] = []
+        self._lock = threading.Lock()  # the pending text
+        self._writing = threading.Lock()  # one write to the file at a time
+        self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._saved: Optional[tuple[TextIO, TextIO]] = None
+        self.failed = False
+        self.ray_records = _RayRecords()
+        self._filtered: list[logging.Handler] = []
+
+    def take(self, text: str) -> None:
+        if text and not self.failed:
+            with self._lock:
+                self._pending.append(text)
+
+    def start(self) -> "RankOutput":
+        self._saved = (sys.stdout, sys.stderr)
+        for name in ("", "ray", "ray.train"):  # the loggers Ray gives a console handler (root: print, in Ray Train)
+            for handler in logging.getLogger(name).handlers:
+                if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
+                        and handler not in self._filtered:
+                    handler.addFilter(self.ray_records)
+                    self._filtered.append(handler)
+        sys.stdout, sys.stderr = _Tee(sys.stdout, self), _Tee(sys.stderr, self)  # type: ignore[assignment]
+        self._thread = threading.Thread(target=self._run, name="raytrain-rank-output", daemon=True)
+        self._thread.start()
+        _active.append(self)
+        return self
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval_s):
+            self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        """Write the whole lines taken so far (and, when `final`, a last line without its newline)."""
+        with self._writing:
+            with self._lock:
+                text = "".join(self._pending)
+                cut = len(text) if final else text.rfind("\n") + 1
+                self._pending = [text[cut:]] if text[cut:] else []
+            if not text[:cut] or self.failed:
+                return
+            try:
+                self._append(text[:cut].encode("utf-8", errors="replace"))
+            except Exception as err:  # noqa: BLE001 - printing must go on whatever the run's storage does
+                self.failed = True
+                original = self._saved[1] if self._saved else sys.__stderr__
+                if original is not None:
+                    original.write(f"raytrain: warning: rank output is no longer copied to {self.path} "
+                                   f"({err.__class__.__name__}: {err}); it stays in Ray's logs\n")
+
+    def _append(self, data: bytes) -> None:
+        if storage.is_remote(self.path):  # no append in an object store: a conditional rewrite
+            storage.append_bytes(self.path, data)
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # with the first line: no empty directory in a run
+        with open(self.path, "ab") as handle:
+            handle.write(data)
+
+    def stop(self) -> None:
+        """Put the streams back and write what is left."""
+        if self in _active:
+            _active.remove(self)
+        for handler in self._filtered:
+            handler.removeFilter(self.ray_records)
+        self._filtered = []
+        if self._saved is not None:
+            if isinstance(sys.stdout, _Tee) and sys.stdout._sink is self:
+                sys.stdout = self._saved[0]
+            if isinstance(sys.stderr, _Tee) and sys.stderr._sink is self:
+                sys.stderr = self._saved[1]
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.flush(final=True)
+
+
+class Follower:
+    """The driver's side: the new whole lines of one rank's log since the last call, from where the file ended
+    when the follower was made (what an earlier driver of the same attempt printed is not printed again)."""
+
+    def __init__(self, run_dir: Path, attempt: Optional[int], rank: int = 0):
+        self.path = log_path(run_dir, attempt, rank)
+        self.offset = len(self._read(0))
+        self._partial = b""
+
+    def _read(self, offset: int) -> bytes:
+        if storage.is_remote(self.path):
+            try:
+                return storage.read_bytes(self.path)[offset:]
+            except FileNotFoundError:
+                return b""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return b""
+
+    def new_lines(self, final: bool = False) -> list[str]:
+        """The lines written since the last call; `final`: a last line without its newline too."""
+        data = self._read(self.offset)
+        self.offset += len(data)
+        data = self._partial + data
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        return data[:cut].decode("utf-8", errors="replace").splitlines()
