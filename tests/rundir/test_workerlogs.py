@@ -122,3 +122,37 @@ def test_on_an_object_store_the_lines_are_appended_and_followed(s3_prefix, strea
     print("second")
     copy.stop()
     assert follower.new_lines() == ["second"]
+
+
+def test_a_progress_bars_redraws_are_kept_as_a_terminal_shows_them(tmp_path, streams):
+    streams = streams()
+    copy = workerlogs.RankOutput(tmp_path, 1, interval_s=3600).start()
+    for done in range(0, 101, 10):  # tqdm: a carriage return, then the bar again
+        sys.stderr.write(f"\r{done:3d}%|{'#' * (done // 10):10s}|")
+    sys.stderr.write("\n")
+    print("line\r")  # a Windows line end stays a line
+    copy.stop()
+    assert workerlogs.log_path(tmp_path, 1).read_bytes() == b"100%|##########|\nline\r\n"
+    assert streams[1].getvalue().count("\r") == 11  # the worker's own stream got every redraw
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("a\rb\rc\n", "c\n"), ("a\r\n", "a\r\n"), ("x\ny\rz", "x\nz"), ("no return\n", "no return\n"),
+    ("\r", "\r"), ("\r50%", "50%"),
+])
+def test_redrawn_lines(text, shown):
+    assert workerlogs._redrawn(text) == shown
+
+
+def test_the_copy_stops_at_its_cap_with_a_line_that_says_where_the_rest_is(tmp_path, streams):
+    streams = streams()
+    copy = workerlogs.RankOutput(tmp_path, 2, interval_s=3600, max_bytes=100).start()
+    print("x" * 60)
+    copy.flush()
+    print("y" * 60)
+    copy.flush()
+    print("z" * 10)
+    copy.stop()
+    kept = workerlogs.log_path(tmp_path, 2).read_text().splitlines()
+    assert kept == ["x" * 60, "raytrain: rank 0's output past 0 MiB is in Ray's logs on its node only"]
+    assert streams[0].getvalue().endswith("z" * 10 + "\n")  # the worker's own stream still got everything

@@ -204,6 +204,20 @@ def read_bytes(path: Path, attempts: int = 10) -> bytes:
     return filesystem(path).cat_file(object_key(path))
 
 
+def read_bytes_from(path: Path, start: int) -> bytes:
+    """The bytes of the object (or file) at `path` from offset `start` on, as one ranged GET: a follower of a growing
+    log reads only what is new. b"" when there is nothing there (yet)."""
+    try:
+        if not is_remote(path):
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                return handle.read()
+        size = filesystem(path).info(object_key(path), refresh=True)["size"]
+        return filesystem(path).cat_file(object_key(path), start=start) if size > start else b""
+    except FileNotFoundError:
+        return b""
+
+
 def create_exclusive(path: Path, data: bytes) -> bool:
     """Create the object `path` holding `data` unless it exists (If-None-Match: *, and GCS's generation match):
     True if this call created it. Exactly one of several concurrent callers gets True."""

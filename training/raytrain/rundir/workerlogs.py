@@ -25,6 +25,9 @@ from typing import Any, Optional, TextIO
 from raytrain.rundir import layout, storage
 
 FLUSH_INTERVAL_S = 1.0
+# The most of rank 0's output kept per attempt: on an object store each flush rewrites the object whole, so a run
+# that prints without end would rewrite ever more each second. Past it, the output stays in Ray's logs only.
+MAX_COPY_BYTES = 16 * 2**20
 _active: list["RankOutput"] = []  # the copy this process makes now, if any
 
 
@@ -91,9 +94,12 @@ class RankOutput:
     """Copies this process's sys.stdout and sys.stderr text into log_path(run_dir, attempt, rank) while started."""
 
     def __init__(self, run_dir: Path, attempt: Optional[int], rank: int = 0,
-                 interval_s: float = FLUSH_INTERVAL_S):
+                 interval_s: float = FLUSH_INTERVAL_S, max_bytes: int = MAX_COPY_BYTES):
         self.path = log_path(run_dir, attempt, rank)
+        self.rank = rank
         self.interval_s = interval_s
+        self.max_bytes = max_bytes
+        self.written = 0
         self._pending: list[str] = []
         self._lock = threading.Lock()  # the pending text
         self._writing = threading.Lock()  # one write to the file at a time
@@ -108,6 +114,8 @@ class RankOutput:
         if text and not self.failed:
             with self._lock:
                 self._pending.append(text)
+                if "\r" in text:  # a progress bar (tqdm) redraws its line: keep what a terminal would show
+                    self._pending = [_redrawn("".join(self._pending))]
 
     def start(self) -> "RankOutput":
         self._saved = (sys.stdout, sys.stderr)
@@ -136,8 +144,14 @@ class RankOutput:
                 self._pending = [text[cut:]] if text[cut:] else []
             if not text[:cut] or self.failed:
                 return
+            data = text[:cut].encode("utf-8", errors="replace")
+            if self.written + len(data) > self.max_bytes:  # the last write: a line that says where the rest is
+                self.failed = True
+                data = (f"raytrain: rank {self.rank}'s output past {self.max_bytes // 2**20} MiB is in Ray's logs "
+                        f"on its node only\n").encode()
             try:
-                self._append(text[:cut].encode("utf-8", errors="replace"))
+                self._append(data)
+                self.written += len(data)
             except Exception as err:  # noqa: BLE001 - printing must go on whatever the run's storage does
                 self.failed = True
                 original = self._saved[1] if self._saved else sys.__stderr__
@@ -171,6 +185,14 @@ class RankOutput:
         self.flush(final=True)
 
 
+def _redrawn(text: str) -> str:
+    """`text` with each line as a terminal leaves it: what a carriage return overwrote is dropped ("\\r\\n" is a
+    line end). So a progress bar's redraws cost one line, not one per update."""
+    lines = text.split("\n")
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line
+                     for line in lines)
+
+
 class Follower:
     """The driver's side: the new whole lines of one rank's log since the last call, from where the file ended
     when the follower was made (what an earlier driver of the same attempt printed is not printed again)."""
@@ -181,17 +203,7 @@ class Follower:
         self._partial = b""
 
     def _read(self, offset: int) -> bytes:
-        if storage.is_remote(self.path):
-            try:
-                return storage.read_bytes(self.path)[offset:]
-            except FileNotFoundError:
-                return b""
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(offset)
-                return handle.read()
-        except FileNotFoundError:
-            return b""
+        return storage.read_bytes_from(self.path, offset)  # only what is new: a ranged read on an object store
 
     def new_lines(self, final: bool = False) -> list[str]:
         """The lines written since the last call; `final`: a last line without its newline too."""
