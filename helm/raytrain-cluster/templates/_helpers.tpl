@@ -402,3 +402,22 @@ graceful node shutdown shares with system pods. As {"groups": [{key, label, prov
 {{- end }}
 {{- toJson (dict "groups" $found) }}
 {{- end }}
+
+{{/*
+Groups whose image imagePrepull pulls ahead (same shape as raytrain.workerGroups): the enabled worker groups not
+in imagePrepull.skipGroups, and the head with imagePrepull.head; none unless imagePrepull.enabled.
+*/}}
+{{- define "raytrain.prepullGroups" -}}
+{{- $p := .Values.imagePrepull }}
+{{- $groups := list }}
+{{- if $p.enabled }}
+{{- range $g := (include "raytrain.rayGroups" . | fromJson).groups }}
+{{- if eq $g.key "head" }}
+{{- if $p.head }}{{ $groups = append $groups $g }}{{ end }}
+{{- else if not (has $g.name (default list $p.skipGroups)) }}
+{{- $groups = append $groups $g }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "groups" $groups) }}
+{{- end }}

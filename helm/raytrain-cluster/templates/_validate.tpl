@@ -6,7 +6,7 @@ where the image was pushed, where the shared volume comes from). `raytrain valid
 the heading "values to choose" when it checks the chart's own values files.
 */}}
 {{- define "raytrain.validateValues" -}}
-{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" "objectStorageUrl" "objectStorageSettings" "objectStorageIdentity" "serviceAccountName" }}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" "objectStorageUrl" "objectStorageSettings" "objectStorageIdentity" "serviceAccountName" "imagePrepullGroups" "imagePrepullPullPolicy" "imagePrepullGpuPlacement" }}
 {{- $choices := list "imageRepository" "storageSource" }}
 {{- $messages := list }}
 {{- range $check := $checks }}
@@ -347,5 +347,48 @@ serviceAccount.name {{ . | quote }} is not a ServiceAccount name KubeRay keeps: 
 {{- else if gt (len .) 50 }}
 serviceAccount.name {{ . | quote }} has {{ len . }} characters: with autoscaling on, KubeRay v1.7.0 cuts a head ServiceAccount name over 50 from its front (utils.CheckName) and the head would run under another one; pick a name of at most 50
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* imagePrepull: what it skips must be a group it would prepull, and something must be left to prepull; a head
+DaemonSet and an additionalWorkerGroups entry named "head" would both be <release>-prepull-head. */}}
+{{- define "raytrain.validateValues.imagePrepullGroups" -}}
+{{- $p := .Values.imagePrepull }}
+{{- if $p.enabled }}
+{{- $names := list }}
+{{- range $g := (include "raytrain.workerGroups" . | fromJson).groups }}{{ $names = append $names $g.name }}{{ end }}
+{{- range $name := (default list $p.skipGroups) }}
+{{- if not (has $name $names) }}
+imagePrepull.skipGroups names {{ $name | quote }}, which is no enabled worker group (enabled: {{ join ", " $names }}): remove it from the list (the head is prepulled only with imagePrepull.head=true)
+{{ end }}
+{{- end }}
+{{- if not (include "raytrain.prepullGroups" . | fromJson).groups }}
+imagePrepull.enabled is true but imagePrepull.skipGroups skips every enabled worker group and imagePrepull.head is false: nothing is prepulled; --set imagePrepull.enabled=false, or take a group out of imagePrepull.skipGroups
+{{ end }}
+{{- if and $p.head (hasKey .Values.additionalWorkerGroups "head") (not (has "head" (default list $p.skipGroups))) }}
+imagePrepull.head and additionalWorkerGroups.head would both be prepulled by a DaemonSet named {{ include "raytrain.fullname" . }}-prepull-head: rename the entry, or --set imagePrepull.head=false
+{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Never: kubelet never pulls, so a holder pod on a node without the image fails with ErrImageNeverPull. */}}
+{{- define "raytrain.validateValues.imagePrepullPullPolicy" -}}
+{{- if and .Values.imagePrepull.enabled (eq (toString .Values.image.pullPolicy) "Never") }}
+imagePrepull.enabled with image.pullPolicy=Never: kubelet never pulls the image, so there is nothing to prepull (the holder pods fail with ErrImageNeverPull where the image is missing); --set image.pullPolicy=IfNotPresent, or --set imagePrepull.enabled=false
+{{- end }}
+{{- end }}
+
+{{/*
+A GPU group's pods land on GPU nodes by their nvidia.com/gpu limit alone unless a nodeSelector or required node
+affinity says more; its DaemonSet requests no GPU, so it would run (and pull the -gpu image, the largest) on every
+node the group's tolerations admit, CPU nodes included.
+*/}}
+{{- define "raytrain.validateValues.imagePrepullGpuPlacement" -}}
+{{- range $g := (include "raytrain.prepullGroups" . | fromJson).groups }}
+{{- $v := $g.values }}
+{{- $required := dig "nodeAffinity" "requiredDuringSchedulingIgnoredDuringExecution" "nodeSelectorTerms" list (default dict $v.affinity) }}
+{{- if and (gt (int $g.gpus) 0) (not $v.nodeSelector) (not $required) }}
+imagePrepull: {{ $g.key }} has no nodeSelector or required node affinity (its pods reach GPU nodes by their nvidia.com/gpu limit alone), so its DaemonSet, which requests no GPU, would pull the -gpu image onto every node its tolerations admit, CPU nodes included: set {{ $g.key }}.nodeSelector to your GPU nodes' label (GKE: cloud.google.com/gke-accelerator: <accelerator>; NVIDIA GPU Feature Discovery: nvidia.com/gpu.present: "true"), or --set imagePrepull.skipGroups={ {{- $g.name -}} }
+{{ end }}
 {{- end }}
 {{- end }}
