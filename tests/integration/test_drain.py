@@ -163,13 +163,13 @@ def test_delete_node_names_an_unknown_node(cluster):
 # carry the preStop hook): the completed steps all survive (the session's step decision reads
 # raytrain.worker.drain.node_draining() on every worker).
 
-def _emulated_run(tmp_path: Path, worker_nodes: int | None = None):
+def _emulated_run(tmp_path: Path):
     from tests.integration.test_emulate import Emulation, run_dir, variant
 
     job = variant(REPO / "manifests" / "rayjob-standalone.yaml", tmp_path / "rayjob.yaml",
                   job={"train": {"epochs": 2}, "data": {"num_samples": 60000},  # ~10 s an epoch here
                        "run": {"checkpoint_every": 1, "keep_checkpoints": 20}})
-    run = Emulation(str(job), worker_nodes=worker_nodes)
+    run = Emulation(str(job))
     run_id = run.run_id()
     return run, run_id, run_dir(run_id, "linear-standalone")
 

@@ -115,9 +115,7 @@ def test_own_code_ships_as_the_rayjob_working_dir_through_emulate(tmp_path):
     emulate = ("emulate", ".", "--values", str(KIND_VALUES), "--shared", str(shared))
     run_dir = shared / "runs" / "own-code"
 
-    # One worker node besides the head (RAYTRAIN_EMULATE_MAX_WORKER_NODES; two by default here): enough for a worker
-    # to import the modules away from the head.
-    done = raytrain(cwd, *emulate, timeout=900, env={**os.environ, "RAYTRAIN_EMULATE_MAX_WORKER_NODES": "1"})
+    done = raytrain(cwd, *emulate, timeout=900)
     checks.assert_job_succeeded(checks.rayjob_from_emulate_output(done.stdout))
     checks.assert_run_completed(run_dir, 1)
     # The kind values' head holds 1 CPU: at least one of the 2 workers imported the modules on a worker node.

@@ -32,9 +32,7 @@ def _patch(action: str, run_id: str, capsys) -> str:
 
 
 def test_a_suspended_rayjob_loses_no_completed_step_and_resumes_on_a_new_cluster(tmp_path, capsys):
-    # The head and one worker pod (the Ray Train workers share its CPU): every pod's deletion runs in parallel, with
-    # its hook, as with more; each further pod would be one more Ray node started twice.
-    run, run_id, directory = _emulated_run(tmp_path, worker_nodes=1)
+    run, run_id, directory = _emulated_run(tmp_path)
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= 1, 400, "epoch 1")
     time.sleep(3)  # into epoch 2
     suspended_at = time.time()
