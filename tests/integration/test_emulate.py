@@ -310,17 +310,6 @@ def emulate_on_loopback(job: Path, tmp_path: Path, shared: Path) -> str:
     return output
 
 
-def test_loopback_addresses_without_namespaces(tmp_path):
-    """The non-root path: 127.0.0.x per node and /mnt/shared rewritten to the shared directory."""
-    job = tiny_job(tmp_path / "job.yaml", "python -c \"import ray; ray.init(); "
-                   "n = len([x for x in ray.nodes() if x['Alive']]); open('/mnt/shared/nodes', 'w').write(str(n))\"",
-                   workers=1)
-    shared = tmp_path / "shared"
-    output = emulate_on_loopback(job, tmp_path, shared)
-    assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
-    assert (shared / "nodes").read_text() == "2"
-
-
 def test_a_stopped_rayjob_checkpoints_ends_stopped_and_releases_its_lease(tmp_path):
     """Deleting a RayJob (its finalizer stops the Ray job) and `ray job stop` are one path: Ray 2.55's job
     supervisor SIGTERMs the driver and SIGKILLs it RAY_JOB_STOP_WAIT_TIME_S later (Ray's default 3 s). The chart's
@@ -374,7 +363,9 @@ def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monke
     and AWS_ENDPOINT_URL of an S3-compatible server, as for MinIO. Every node gets the Secret as kubelet's envFrom
     would give it (nothing from this process: its AWS_* are cleared), and the run's records and checkpoints land in
     the bucket, none on the shared storage. Loopback addresses: the nodes reach the server on this host's
-    127.0.0.1, as pods would reach a Service."""
+    127.0.0.1, as pods would reach a Service: this is also the proof of loopback addresses per node (the non-root
+    path); /mnt/shared rewritten to the shared directory on it is test_tracking.py's resubmitted RayJob (its run on
+    /mnt/shared/runs lands in the test's shared directory)."""
     import boto3
 
     for key in [k for k in os.environ if k.startswith("AWS_")]:
@@ -391,6 +382,8 @@ def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monke
     job.write_text(job.read_text() + "---\n" + yaml.safe_dump(secret))
     shared = tmp_path / "shared"
     output = emulate_on_loopback(job, tmp_path, shared)
+    # The non-root path: 127.0.0.x per node, and the workers on several of them reach each other and the head.
+    assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
     assert len(checks.train_worker_nodes(output)) >= 2, output[-4000:]
     prefix = "runs/linear-s3/"
     listed = s3.list_objects_v2(Bucket="raytrain-runs", Prefix=prefix).get("Contents", [])
