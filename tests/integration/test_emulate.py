@@ -1,5 +1,6 @@
 """`raytrain emulate` on real local multi-node Ray clusters: success on the kind values, recovery from a lost
-worker node and from a killed driver, token auth, failures, teardown. Each test cleans up after itself.
+worker node and from a killed driver, token auth, a failure's ending, teardown. Each test cleans up after itself.
+Which ending a RayJob gets when (retries, deadline, Ctrl-C) is decided in tests/cluster/test_emulate_endings.py.
 
     .venv/bin/python -m pytest -m integration tests/integration/test_emulate.py -v --durations=0
 """
@@ -36,16 +37,22 @@ REPO = Path(__file__).resolve().parents[2]
 RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
 KIND_VALUES = REPO / "helm" / "raytrain-cluster" / "values-kind.yaml"
 CRDS = resolve_crd_dir(None, os.environ.get(CRDS_ENV))
-EPOCHS = 15  # the manifests train 60; a quarter keeps the failure tests short and still spans 3 checkpoints
+EPOCHS = 10  # the manifests train 60; 10 keeps the failure tests short: a kill at epoch 7 lands past checkpoint 5
+# and before checkpoint 10, so the resume from 5 trains 5 epochs again
 INTERVAL = 5  # run.checkpoint_every in the manifests
 
 
 # --------------------------------------------------------------------------------------------------- helpers
 
-def variant(src: Path, dest: Path, job: dict | None = None, spec: dict | None = None) -> Path:
-    """A copy of a RayJob manifest with the run config (ConfigMap job.yaml) and RayJob spec fields replaced."""
+def variant(src: Path, dest: Path, job: dict | None = None, spec: dict | None = None,
+            worker_pods: int | None = None) -> Path:
+    """A copy of a RayJob manifest with the run config (ConfigMap job.yaml) and RayJob spec fields replaced, and
+    with `worker_pods`, each worker group of its rayClusterSpec at that many pods."""
     docs = list(yaml.safe_load_all(src.read_text()))
     for doc in docs:
+        if doc.get("kind") == "RayJob" and worker_pods is not None:
+            for group in doc["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+                group.update(replicas=worker_pods, minReplicas=worker_pods, maxReplicas=worker_pods)
         if doc.get("kind") == "ConfigMap" and job:
             cfg = yaml.safe_load(doc["data"]["job.yaml"])
             for section, fields in job.items():
@@ -76,10 +83,15 @@ def tiny_job(dest: Path, entrypoint: str, workers: int = 0, **spec) -> Path:
 class Emulation:
     """`raytrain emulate` as a subprocess, its output collected line by line."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, worker_nodes: int | None = None):
+        """`worker_nodes`: at most that many worker nodes (RAYTRAIN_EMULATE_MAX_WORKER_NODES; the default on this
+        machine is one per CPU, at least 2), for a test whose point is not where the workers run."""
         self.started = time.monotonic()
+        env = dict(os.environ)
+        if worker_nodes is not None:
+            env["RAYTRAIN_EMULATE_MAX_WORKER_NODES"] = str(worker_nodes)
         self.proc = subprocess.Popen([RAYTRAIN, "emulate", *args, "--crds", str(CRDS)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, cwd=REPO)
+                                     stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output = ""
         threading.Thread(target=self._pump, daemon=True).start()
@@ -219,9 +231,11 @@ def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
 
 def test_killed_driver_is_retried_and_resumes(tmp_path):
     """rayjob-standalone.yaml (own cluster, backoffLimit 2): the driver dies, KubeRay retries on a new cluster,
-    and the run continues from the checkpoint on the shared storage."""
+    and the run continues from the checkpoint on the shared storage. One worker pod and one Ray Train worker: the
+    driver's death and the new cluster are the point, and each pod is Ray started twice (workers on several nodes
+    are the lost-worker test's)."""
     job = variant(REPO / "manifests" / "rayjob-standalone.yaml", tmp_path / "rayjob.yaml",
-                  job={"train": {"epochs": EPOCHS}})
+                  job={"train": {"epochs": EPOCHS}, "scaling": {"num_workers": 1}}, worker_pods=1)
     run = Emulation(str(job))
     run_id = run.run_id()
     directory = run_dir(run_id, "linear-standalone")
@@ -246,18 +260,27 @@ def test_killed_driver_is_retried_and_resumes(tmp_path):
     assert_torn_down(run_id)
 
 
-def test_workers_that_never_fit_fail_fast(tmp_path):
-    job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml", job={"scaling": {"num_workers": 8, "cpus_per_worker": 1}})
-    code, output, seconds = Emulation(str(job), "--values", str(KIND_VALUES)).finish(timeout=300)
-    print(f"never-fitting job failed in {seconds:.0f}s")
+def test_a_failing_entrypoint_is_app_failed_after_removing_a_killed_runs_leftovers_and_keep_needs_the_token(
+        tmp_path):
+    """The endings end to end once, on real clusters: a killed `raytrain emulate` leaves its nodes running, the next
+    emulate removes them, runs a RayJob whose entrypoint fails and reports AppFailed; with --keep its cluster (token
+    auth on) stays up, refuses a submission without the token, and `raytrain cluster stop` removes it. Which ending
+    when (backoffLimit's retries, DeadlineExceeded, SubmissionFailed, a dead head, Ctrl-C and SIGTERM tearing down)
+    is decided in tests/cluster/test_emulate_endings.py against a fake cluster; a job whose workers never fit fails
+    fast in tests/integration/test_run.py and test_scaleup.py, its driver's failure being this AppFailed."""
+    first = Emulation(str(tiny_job(tmp_path / "sleep.yaml", "sleep 600")))
+    killed_id = first.run_id()
+    first.proc.kill()  # emulate dies without teardown: its nodes (own sessions) live on
+    first.proc.wait()
+    assert processes.pids_mentioning(str(localcluster.RUN_ROOT / killed_id)), "the killed run left nothing?"
+    failing = tiny_job(tmp_path / "fail.yaml", "python -c 'import sys; sys.exit(3)'")
+    code, output, seconds = Emulation(str(failing), "--keep").finish()
+    print(f"failing entrypoint: {seconds:.0f}s")
     assert code == 1, output[-4000:]
     checks.assert_job_failed(checks.rayjob_from_emulate_output(output), "AppFailed")
-    assert "scaling.num_workers" in output, output[-4000:]  # the launcher's message names the field to change
+    assert f"removed leftovers of killed runs: {killed_id}" in output
+    assert_torn_down(killed_id)
 
-
-def test_token_auth_refuses_a_submission_without_the_token_and_keep_then_stop(tmp_path):
-    code, output, _ = Emulation(str(tiny_job(tmp_path / "job.yaml", "python -c 'import sys; print(42)'")), "--keep").finish()
-    assert code == 0, output[-4000:]
     run_id = re.search(r"stop it with: raytrain cluster stop (rte[0-9a-f]{6})", output).group(1)
     state = json.loads((localcluster.RUN_ROOT / run_id / "state.json").read_text())
     url = state["dashboard_url"]
@@ -270,42 +293,9 @@ def test_token_auth_refuses_a_submission_without_the_token_and_keep_then_stop(tm
     allowed = subprocess.run([ray, "job", "list", "--address", url], capture_output=True, text=True, timeout=120,
                              env={**bare, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_path"]})
     assert allowed.returncode == 0 and "tiny-" in allowed.stdout, allowed.stdout + allowed.stderr
+    assert "FAILED" in allowed.stdout, allowed.stdout  # the kept cluster is the one that ran the failing job
     stop = subprocess.run([RAYTRAIN, "cluster", "stop", run_id], capture_output=True, text=True, timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
-    assert_torn_down(run_id)
-
-
-def test_failing_entrypoint_is_app_failed_and_leftovers_of_a_killed_run_are_removed(tmp_path):
-    first = Emulation(str(tiny_job(tmp_path / "sleep.yaml", "sleep 600")))
-    killed_id = first.run_id()
-    first.proc.kill()  # emulate dies without teardown: its nodes (own sessions) live on
-    first.proc.wait()
-    assert processes.pids_mentioning(str(localcluster.RUN_ROOT / killed_id)), "the killed run left nothing?"
-    code, output, seconds = Emulation(str(tiny_job(tmp_path / "fail.yaml", "python -c 'import sys; sys.exit(3)'"))).finish()
-    print(f"failing entrypoint: {seconds:.0f}s")
-    assert code == 1, output[-4000:]
-    checks.assert_job_failed(checks.rayjob_from_emulate_output(output), "AppFailed")
-    assert f"removed leftovers of killed runs: {killed_id}" in output
-    assert_torn_down(killed_id)
-
-
-def test_active_deadline_exceeded(tmp_path):
-    run = Emulation(str(tiny_job(tmp_path / "job.yaml", "sleep 600", activeDeadlineSeconds=25)))
-    run_id = run.run_id()
-    code, output, seconds = run.finish(timeout=180)
-    print(f"deadline: {seconds:.0f}s")
-    assert code == 1, output[-4000:]
-    checks.assert_job_failed(checks.rayjob_from_emulate_output(output), "DeadlineExceeded")
-    assert_torn_down(run_id)
-
-
-def test_ctrl_c_tears_down(tmp_path):
-    run = Emulation(str(tiny_job(tmp_path / "job.yaml", "sleep 600")))
-    run_id = run.run_id()
-    run.wait_for(lambda: "Running entrypoint" in run.output, 120, "the entrypoint start")
-    run.proc.send_signal(signal.SIGINT)
-    code, output, _ = run.finish(timeout=120)
-    assert code == 130, output[-4000:]
     assert_torn_down(run_id)
 
 
@@ -320,25 +310,15 @@ def emulate_on_loopback(job: Path, tmp_path: Path, shared: Path) -> str:
     return output
 
 
-def test_loopback_addresses_without_namespaces(tmp_path):
-    """The non-root path: 127.0.0.x per node and /mnt/shared rewritten to the shared directory."""
-    job = tiny_job(tmp_path / "job.yaml", "python -c \"import ray; ray.init(); "
-                   "n = len([x for x in ray.nodes() if x['Alive']]); open('/mnt/shared/nodes', 'w').write(str(n))\"",
-                   workers=1)
-    shared = tmp_path / "shared"
-    output = emulate_on_loopback(job, tmp_path, shared)
-    assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
-    assert (shared / "nodes").read_text() == "2"
-
-
 def test_a_stopped_rayjob_checkpoints_ends_stopped_and_releases_its_lease(tmp_path):
     """Deleting a RayJob (its finalizer stops the Ray job) and `ray job stop` are one path: Ray 2.55's job
     supervisor SIGTERMs the driver and SIGKILLs it RAY_JOB_STOP_WAIT_TIME_S later (Ray's default 3 s). The chart's
     head sets 30 s (jobStopWaitSeconds), and emulate gives its head the chart's container env: the run checkpoints,
-    records `stopped` with the signal, loses no completed step and releases its lease."""
+    records `stopped` with the signal, loses no completed step and releases its lease. One worker node besides the
+    head: the stop reaches the driver, whichever nodes its workers are on."""
     job = variant(REPO / "manifests" / "rayjob.yaml", tmp_path / "rayjob.yaml",
                   job={"train": {"epochs": 400}, "data": {"num_samples": 4000}, "run": {"checkpoint_every_steps": 20}})
-    run = Emulation(str(job), "--values", str(KIND_VALUES))
+    run = Emulation(str(job), "--values", str(KIND_VALUES), worker_nodes=1)
     run_id = run.run_id()
     directory = run_dir(run_id, "linear")
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= 2, 300, "epoch 2")
@@ -383,7 +363,9 @@ def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monke
     and AWS_ENDPOINT_URL of an S3-compatible server, as for MinIO. Every node gets the Secret as kubelet's envFrom
     would give it (nothing from this process: its AWS_* are cleared), and the run's records and checkpoints land in
     the bucket, none on the shared storage. Loopback addresses: the nodes reach the server on this host's
-    127.0.0.1, as pods would reach a Service."""
+    127.0.0.1, as pods would reach a Service: this is also the proof of loopback addresses per node (the non-root
+    path); /mnt/shared rewritten to the shared directory on it is test_tracking.py's resubmitted RayJob (its run on
+    /mnt/shared/runs lands in the test's shared directory)."""
     import boto3
 
     for key in [k for k in os.environ if k.startswith("AWS_")]:
@@ -400,6 +382,8 @@ def test_an_s3_rayjob_gets_its_secret_and_trains_into_the_bucket(tmp_path, monke
     job.write_text(job.read_text() + "---\n" + yaml.safe_dump(secret))
     shared = tmp_path / "shared"
     output = emulate_on_loopback(job, tmp_path, shared)
+    # The non-root path: 127.0.0.x per node, and the workers on several of them reach each other and the head.
+    assert re.search(r"head +127\.0\.0\.2 ", output) and re.search(r"worker-0 +127\.0\.0\.3 ", output), output[:3000]
     assert len(checks.train_worker_nodes(output)) >= 2, output[-4000:]
     prefix = "runs/linear-s3/"
     listed = s3.list_objects_v2(Bucket="raytrain-runs", Prefix=prefix).get("Contents", [])

@@ -1,5 +1,5 @@
 """The examples as a user runs them: copied into a directory outside the checkout and started from there with the
-real CLI, on the embedded Ray, through `raytrain emulate` (the code shipped as the RayJob's working_dir) and by
+real CLI, on the embedded Ray or the session's shared Ray head, through `raytrain emulate` (the code shipped as the RayJob's working_dir) and by
 `ray job submit --working-dir .` with the token, as from a laptop; each run writes the run contract, and the custom
 loop's re-run with more epochs resumes through the Session API. Tiny epochs: the machine has 2 shared cores.
 
@@ -65,9 +65,12 @@ def assert_trains_then_resumes(cwd: Path, run_dir: Path, first: int, second: int
     assert checks.starts(run_dir)[-1]["start_epoch"] == first + 1
 
 
-def test_custom_loop_example_trains_through_the_session_api_and_resumes(tmp_path):
+def test_custom_loop_example_trains_through_the_session_api_and_resumes(tmp_path, ray_head):
+    """Both runs join the session's shared Ray head (tests/integration/conftest.py): the resume is the Session API's,
+    whichever Ray runs it (the embedded one is the next test's)."""
     cwd = project(tmp_path, "custom-loop")
-    options = ("--storage", str(tmp_path / "runs"), "--name", "loop", "--set", "scaling.num_workers=2",
+    options = ("--storage", str(tmp_path / "runs"), "--name", "loop", "--address", ray_head.address,
+               "--set", "scaling.num_workers=2",
                "--set", "run.checkpoint_every=1", "--set", "loop.num_samples=64")
     run_dir = tmp_path / "runs" / "loop"
     assert_trains_then_resumes(cwd, run_dir, 2, 3, *options)
