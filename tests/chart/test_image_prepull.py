@@ -94,7 +94,7 @@ def test_on_one_daemonset_per_group_with_the_ray_pods_image_and_placement(files,
         assert holder["image"].endswith(values.get("image", {}).get("gpuTagSuffix", "-gpu")) is (group in gpu)
         assert pod.get("imagePullSecrets") == ray.get("imagePullSecrets")
         # Where the group may land: its nodeSelector, tolerations and node affinity, never its pod (anti-)affinity.
-        assert pod.get("nodeSelector") == ray.get("nodeSelector")
+        assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", **(ray.get("nodeSelector") or {})}
         assert pod.get("tolerations") == ray.get("tolerations")
         node_affinity = (ray.get("affinity") or {}).get("nodeAffinity")
         assert pod.get("affinity") == ({"nodeAffinity": node_affinity} if node_affinity else None)
@@ -117,8 +117,18 @@ def test_the_holder_is_tiny_unprivileged_and_keeps_the_image_in_use():
         assert holder["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                                              "readOnlyRootFilesystem": True}
         assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+        assert holder["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}], name  # no GPU, even by runtime
+        # A new tag pulled on every node at once, the old holder kept until the new one runs.
+        assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                                "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}}
         assert pod["priorityClassName"] == "prepull-low"
         assert "ports" not in holder and "volumes" not in pod
+    # Under the Ray pods' ServiceAccount when the chart names one: registry credentials attached to it apply.
+    [ds] = daemonsets(render((), {**ON, "serviceAccount": {"create": True}})).values()
+    assert ds["spec"]["template"]["spec"]["serviceAccountName"] == "raytrain-ray"
+    # A group's own OS label wins over the default.
+    [ds] = daemonsets(render((), {**ON, "worker": {"nodeSelector": {"kubernetes.io/os": "other"}}})).values()
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/os": "other"}
     [ds] = daemonsets(render((), {"imagePrepull": {"enabled": True, "resources": {"cpu": "50m", "memory": "32Mi"}}})).values()
     resources = ds["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert resources["requests"] == resources["limits"] == {"cpu": "50m", "memory": "32Mi"}
