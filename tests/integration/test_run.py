@@ -112,6 +112,7 @@ def test_a_run_that_fails_every_retry_exits_with_one_paragraph_and_why_names_the
     assert done.returncode == 1, done.stderr[-3000:]
     assert "training failed after 0 worker-group restart(s) (0 allowed)" in done.stderr
     assert "this model fails on rank 1 of 3" in done.stderr and "No checkpoint was written" in done.stderr
+    assert f"Which rank failed first, and why: raytrain why {tmp_path / 'runs' / 'linear'}" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     assert result_of(tmp_path / "runs" / "linear")["status"] == "failed"
     why = run("why", str(tmp_path / "runs" / "linear"), timeout=120)

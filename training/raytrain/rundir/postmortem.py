@@ -250,7 +250,8 @@ def render(report: dict) -> str:
         if first is not None:
             out.append(f"  first failure: {_failure_line(first)} at {_utc(first['time'])}")
             out.append(f"    {first['type']}: {_first_line(first['message'])}")
-            trace = [line for line in first["traceback"].splitlines() if line.strip()][-TRACEBACK_LINES:]
+            trace = [line for line in first["traceback"].splitlines()
+                     if line.strip(" ^~")][-TRACEBACK_LINES:]  # no blank lines, no carets under the code
             if trace:
                 out.append("    traceback (its end):")
                 out += [f"      {line}" for line in trace]
