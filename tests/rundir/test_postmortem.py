@@ -193,3 +193,11 @@ def test_a_file_is_not_a_run_directory(tmp_path):
     (tmp_path / "result.json").write_text("{}")
     with pytest.raises(postmortem.NoRecords, match="is a file, not a run directory"):
         postmortem.why(tmp_path / "result.json")
+
+
+def test_a_run_written_before_the_records_of_failures_is_read_too():
+    """A run directory of raytrain at b5c662d (tests/fixtures/runs-b5c662d): no worker-logs/, read as it is."""
+    run_dir = Path(__file__).parents[1] / "fixtures" / "runs-b5c662d" / "before-the-move"
+    [attempt] = postmortem.why(run_dir)["attempts"]
+    assert (attempt["attempt"], attempt["ending"], attempt["first_failure"]) == (1, "succeeded", None)
+    assert attempt["driver"]["host"] and attempt["explanation"] == "trained to epoch 2"
