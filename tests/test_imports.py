@@ -185,7 +185,7 @@ def modules_loaded_by(*argv: str) -> set[str]:
     ["validate", "helm/raytrain-cluster/values-kind.yaml"],
     ["validate", "tests/validator/data/kuberay-v1.7.0-ray-cluster.uv.yaml"], ["validate", "manifests/rayjob.yaml"],
     ["emulate", "no-such-rayjob.yaml"], ["cluster", "stop", "/nonexistent/raytrain-node"],
-    ["drain", "--wait", "0", "--temp-dir", "/nonexistent/ray"],
+    ["drain", "--wait", "0", "--temp-dir", "/nonexistent/ray"], ["why", "/nonexistent/run"],
 ])
 def test_commands_that_never_train_never_import_torch(argv):
     loaded = modules_loaded_by(*argv)

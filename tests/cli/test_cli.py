@@ -191,3 +191,35 @@ def test_presets_lists_each_description_whole(raytrain):
     listing = " ".join(raytrain("presets").stdout.split())
     assert "Acceptance: final loss <= 0.09." in listing  # linear's second line
     assert "nothing is materialised, so memory stays bounded" in listing  # streaming's third line
+
+
+@pytest.mark.parametrize("where, fragment", [
+    ("missing", "does not exist"),
+    ("empty", "holds no raytrain records"),
+])
+def test_why_on_a_path_without_a_run_names_it_and_the_fix(raytrain, tmp_path, where, fragment):
+    (tmp_path / "empty").mkdir()
+    done = raytrain("why", str(tmp_path / where))
+    assert done.returncode == 2 and done.stderr.startswith("raytrain: error: "), done.stderr
+    assert fragment in done.stderr and str(tmp_path / where) in done.stderr and "Fix:" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_why_says_how_each_attempt_ended_in_text_and_json(raytrain, tmp_path):
+    from raytrain.rundir import workerlogs
+
+    run_dir = tmp_path / "run"
+    (run_dir / ".lease").mkdir(parents=True)
+    (run_dir / ".lease" / "1.json").write_text(json.dumps({"token": 1, "host": "h", "pid": 7, "since": 1e9}))
+    (run_dir / "results.jsonl").write_text(json.dumps({"attempt": 1, "status": "failed", "error": "it broke"}) + "\n")
+    try:
+        raise KeyError("missing column")
+    except KeyError as err:
+        workerlogs.record_failure(run_dir, 1, 2, 3, err, node_ip="10.0.0.3", last_lines=["loading", "\udcff"])
+    text = raytrain("why", str(run_dir))
+    assert text.returncode == 0, text.stderr
+    assert "attempt 1: failed" in text.stdout and "it broke" in text.stdout
+    assert "first failure: rank 2 of 3 (node 10.0.0.3" in text.stdout and "KeyError: 'missing column'" in text.stdout
+    machine = raytrain("why", str(run_dir), "--json")
+    found = json.loads(machine.stdout)
+    assert found["attempts"][0]["first_failure"]["rank"] == 2 and found["attempts"][0]["ending"] == "failed"

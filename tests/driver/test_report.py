@@ -42,6 +42,7 @@ def test_one_run_gives_a_png_and_an_html_page_that_embeds_it(tmp_path):
     text = page.read_text()
     assert base64.b64encode(png.read_bytes()).decode() in text
     assert "small_cnn" in text and "train:" in text  # the config.yaml is on the page
+    assert f"<code>raytrain why {run_dir}</code>" in text  # the post-mortem of its attempts (issue 38)
     [summary, config, last, state] = summary_lines(loaded[0])
     assert summary.startswith("digits: succeeded, epoch 12/12, 1m15s")
     assert "small_cnn on digits" in config and "2 workers" in config

@@ -270,7 +270,8 @@ def test_on_s3_every_ranks_reported_files_reach_the_bucket_and_a_rerun_resumes_f
     own node and uploads its own), rank 1's alone when only it reports, keep_checkpoints is honoured, no staged
     copy stays in the temporary directory, and a rerun with more epochs resumes from them. Issue 38: what rank 0
     prints is on the driver's console, each line before its report's row, and kept in the bucket (worker-logs/
-    as it is written, driver-logs/ with the console); rank 1's stays in Ray's logs."""
+    as it is written, driver-logs/ with the console); rank 1's is kept in its own log, not on the console; and
+    `raytrain why` reads the bucket's run: each attempt and how it ended."""
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "every_rank.py").write_text(EVERY_RANK)
     text = f"""
@@ -291,6 +292,8 @@ def test_on_s3_every_ranks_reported_files_reach_the_bucket_and_a_rerun_resumes_f
         assert lines.index(f"rank 0 trained epoch {epoch}") < row, done.stdout
     assert (run_dir / "worker-logs" / "attempt-1-rank0.log").read_text() == \
         "".join(f"rank 0 trained epoch {epoch}\n" for epoch in range(4))
+    assert (run_dir / "worker-logs" / "attempt-1-rank1.log").read_text() == \
+        "".join(f"rank 1 trained epoch {epoch}\n" for epoch in range(4))
     [driver_log] = list((run_dir / "driver-logs").iterdir())
     assert "rank 0 trained epoch 3\n" in driver_log.read_text()
     found = checkpoints.committed(run_dir)
@@ -305,3 +308,8 @@ def test_on_s3_every_ranks_reported_files_reach_the_bucket_and_a_rerun_resumes_f
     run(project, TMPDIR=str(tmpdir))
     assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [0, 1, 2, 3, 4, 5]
     assert runrecords.read_metrics(run_dir)[-1]["resumed_from_epoch"] == 3
+    why = subprocess.run([*RAYTRAIN, "why", str(run_dir)], capture_output=True, text=True, timeout=120, env=env(),
+                         check=False)
+    assert why.returncode == 0, why.stderr
+    assert "2 attempt(s); the last: succeeded" in why.stdout and "attempt 1: succeeded" in why.stdout, why.stdout
+    assert "first failure" not in why.stdout

@@ -91,24 +91,35 @@ def test_digits_on_ray_data_reaches_ninety_percent(ray_head, tmp_path):
     checks.assert_run_completed(tmp_path / "digits", 12)
 
 
-def test_a_run_that_fails_every_retry_exits_with_one_paragraph(tmp_path):
+def test_a_run_that_fails_every_retry_exits_with_one_paragraph_and_why_names_the_rank(tmp_path):
     # A model that fails on real values only (preflight's meta-device batch cannot ask for one, so it passes
-    # validation) fails in every worker: a training failure, not a config error.
+    # validation), on rank 1 of the three workers: a training failure, not a config error. Issue 38: once the run
+    # (and its embedded Ray) is gone, `raytrain why` names that rank, its exception and what it printed last.
     (tmp_path / "failing_model.py").write_text(
-        "import torch\nfrom torch import nn\n\n\n"
+        "import ray.train\nimport torch\nfrom torch import nn\n\n\n"
         "class FailsOnRealData(nn.Module):\n"
         "    def __init__(self, in_features: int, hidden: int, out_features: int):\n"
         "        super().__init__()\n"
         "        self.linear = nn.Linear(in_features, out_features)\n\n"
         "    def forward(self, x):\n"
-        "        if x.abs().max().item() >= 0:\n"
-        "            raise RuntimeError('this model fails on every real batch')\n"
+        "        if x.abs().max().item() >= 0 and ray.train.get_context().get_world_rank() == 1:\n"
+        "            print('rank 1 is about to fail')\n"
+        "            raise RuntimeError('this model fails on rank 1 of 3')\n"
         "        return self.linear(x)\n")
     done = subprocess.run([*RAYTRAIN, "run", "linear", "--storage", str(tmp_path / "runs"),
                            "--set", "model._component_=failing_model.FailsOnRealData", "--set", "run.max_failures=0"],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "training failed after 0 worker-group restart(s) (0 allowed)" in done.stderr
-    assert "this model fails on every real batch" in done.stderr and "No checkpoint was written" in done.stderr
+    assert "this model fails on rank 1 of 3" in done.stderr and "No checkpoint was written" in done.stderr
+    assert f"Which rank failed first, and why: raytrain why {tmp_path / 'runs' / 'linear'}" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
     assert result_of(tmp_path / "runs" / "linear")["status"] == "failed"
+    why = run("why", str(tmp_path / "runs" / "linear"), timeout=120)
+    assert why.returncode == 0, why.stderr
+    assert "attempt 1: failed" in why.stdout and "first failure: rank 1 of 3 (node " in why.stdout, why.stdout
+    assert "RuntimeError: this model fails on rank 1 of 3" in why.stdout and "in forward" in why.stdout
+    assert "| rank 1 is about to fail" in why.stdout, why.stdout
+    first = json.loads(run("why", str(tmp_path / "runs" / "linear"), "--json").stdout)["attempts"][0]
+    assert first["first_failure"]["rank"] == 1 and first["first_failure"]["node_ip"]
+    assert all(f["rank"] != 1 for f in first["later_failures"])

@@ -156,3 +156,21 @@ def test_the_copy_stops_at_its_cap_with_a_line_that_says_where_the_rest_is(tmp_p
     kept = workerlogs.log_path(tmp_path, 2).read_text().splitlines()
     assert kept == ["x" * 60, "raytrain: rank 0's output past 0 MiB is in Ray's logs on its node only"]
     assert streams[0].getvalue().endswith("z" * 10 + "\n")  # the worker's own stream still got everything
+
+
+def test_the_cap_is_per_attempt_and_the_last_lines_outlive_it(tmp_path, streams):
+    """A restarted worker group of the same attempt appends to its rank's file and counts what is there; past the
+    cap the rank's last lines are still known (for its failure record)."""
+    streams = streams()
+    workerlogs.log_path(tmp_path, 2, 1).parent.mkdir(parents=True)
+    workerlogs.log_path(tmp_path, 2, 1).write_text("e" * 90 + "\n")  # the group before wrote 91 bytes
+    copy = workerlogs.RankOutput(tmp_path, 2, rank=1, interval_s=3600, max_bytes=100).start()
+    print("x" * 60)
+    copy.flush()
+    print("after the cap")
+    print("unflushed", end="")
+    assert copy.last_lines() == ["x" * 60, "after the cap", "unflushed"]
+    copy.stop()
+    kept = workerlogs.log_path(tmp_path, 2, 1).read_text().splitlines()
+    assert kept == ["e" * 90, "raytrain: rank 1's output past 0 MiB is in Ray's logs on its node only"]
+    assert workerlogs.Follower(tmp_path, 2, rank=1).path.name == "attempt-2-rank1.log"

@@ -14,7 +14,7 @@ import pytest
 from raytrain.checkpoint import checkpoints
 from raytrain.driver.localtrainer import train_local
 from raytrain.errors import LaunchError
-from raytrain.rundir import runrecords
+from raytrain.rundir import postmortem, runrecords
 from raytrain.spec.config import load_config
 from tests.support.project import user_module
 
@@ -108,6 +108,10 @@ def test_a_loop_that_raises_is_one_paragraph_and_a_failed_result(project):
     assert "ValueError: my loop broke" in message and "st_loops.py" in message and "in broken" in message
     result = json.loads((project / "runs" / "job" / "result.json").read_text())
     assert result["status"] == "failed" and "my loop broke" in result["error"]
+    # `raytrain why` names it too: the local process is rank 0 of 1 (raytrain.rundir.postmortem)
+    [attempt] = postmortem.why(project / "runs" / "job")["attempts"]
+    assert attempt["ending"] == "failed" and attempt["first_failure"]["type"] == "ValueError"
+    assert "in broken" in attempt["first_failure"]["traceback"]
 
 
 def test_a_local_run_holds_the_runs_lease_so_it_never_writes_beside_another_attempt(project):

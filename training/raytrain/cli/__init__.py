@@ -14,7 +14,8 @@ Environment it reads:
   RAYTRAIN_EMULATE_MAX_WORKER_NODES  emulate: the most worker nodes started (default one per CPU, at least 2)
   RAY_TMPDIR              drain, when --temp-dir is not given: the `ray start --temp-dir` of the node to drain
 
-Each command imports what it uses, when it runs: validate, render, emulate, presets and --help never import torch.
+Each command imports what it uses, when it runs: validate, render, emulate, presets, why and --help never import
+torch.
 
 May import: every room (each command imports what it uses when it runs)
 """
@@ -255,7 +256,7 @@ def add_tune_and_data_commands(sub, config_command: Callable) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from raytrain.driver.report import ReportError, report
+    from raytrain.driver.report import ReportError, report, why_command
 
     try:
         run_dirs = [storagecheck.check_reachable(storage.as_path(p), "raytrain report") for p in args.run_dirs]
@@ -267,6 +268,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not run.rows:
             console.info("report", f"report: {run.run_dir} has no metrics yet (no epoch finished); drawn empty")
     console.info("report", f"report of {len(loaded)} run(s): {png} and {page}", png=str(png), html=str(page))
+    for run in loaded:
+        console.info("report", f"why each attempt of {run.name} ended: {why_command(run)}", command=why_command(run))
+    return EXIT_OK
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    """Why each attempt of a run ended, from its records alone (raytrain.rundir.postmortem)."""
+    import json
+
+    from raytrain.rundir import postmortem
+
+    found = postmortem.why(storagecheck.run_dir_for(args.run_dir, "raytrain why"))
+    print(json.dumps(found, indent=2) if args.json else postmortem.render(found))
     return EXIT_OK
 
 
@@ -422,6 +436,17 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", metavar="FILE.png", help="the PNG (the HTML page goes beside it; default: "
                                                           "RUN_DIR/report.png for one directory, else ./report.png)")
     report.set_defaults(func=cmd_report)
+
+    why = sub.add_parser("why", help="why each attempt of a run ended: the rank that failed first, its node, "
+                                     "exception and last lines, from the run's records (after its pods are gone)",
+                         description="A post-mortem of a run from the records it keeps in its directory or bucket "
+                                     "(results, events, every rank's log and failure record under worker-logs/), so "
+                                     "it works after the pods, the Ray cluster and the driver are gone: for each "
+                                     "attempt, how it ended, the rank that failed first (its node, exception, "
+                                     "traceback and last lines of output) and the ranks that failed after it.")
+    why.add_argument("run_dir", metavar="RUN_DIR", help="STORAGE/NAME of a run (a directory, or s3://, gs://)")
+    why.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    why.set_defaults(func=cmd_why)
 
     track = sub.add_parser("track", help="send a run's experiment trackers (run.tracking: MLflow, W&B) the metrics "
                                          "they miss, e.g. after the tracker was down when the run ended")

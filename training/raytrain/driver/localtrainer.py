@@ -17,7 +17,7 @@ from raytrain.driver.attempt import STOP_GRACE_S, Attempt, Outcome
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import format_row
-from raytrain.rundir import console, runrecords, storage
+from raytrain.rundir import console, runrecords, storage, workerlogs
 from raytrain.rundir import lease as leases
 from raytrain.spec import components
 from raytrain.spec.sections import RunConfig
@@ -58,8 +58,10 @@ class LocalTrainer:
                                   f"{cfg.run.storage_path}, then run the same command again to resume.") from None
             if isinstance(err, LaunchError):
                 raise
+            workerlogs.record_failure(records.run_dir, records.token, 0, 1, err)  # for `raytrain why`
             raise LaunchError(_user_failure(err)) from None
         except Exception as err:  # the model's, data's or loop's own code raised: one paragraph
+            workerlogs.record_failure(records.run_dir, records.token, 0, 1, err)
             raise LaunchError(_user_failure(err)) from None
 
     def close(self) -> None:

@@ -250,7 +250,8 @@ def training_failed(err: BaseException, cfg: RunConfig, run_dir: Path, attempt: 
     kept = (f"Checkpoints written so far are kept in {run_dir}; fix the cause and run the same command again to resume"
             if checkpoints.committed(run_dir) else
             f"No checkpoint was written ({run_dir}); fix the cause and run the same command again")
-    return f"{what}: {root_cause(err)}. {kept}. Full worker logs: Ray's session logs (logs/worker-*.err) or the dashboard."
+    return (f"{what}: {root_cause(err)}. {kept}. Which rank failed first, and why: raytrain why {run_dir} (each "
+            f"rank's output is in {run_dir / layout.WORKER_LOGS_DIR}; Ray's own in its session logs).")
 
 
 class RayTrainer:

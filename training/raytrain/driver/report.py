@@ -2,7 +2,8 @@
 validation loss, validation accuracy and throughput per epoch, worker-group restarts and resumes (events.jsonl)
 marked on the curves, and each run's summary (config, status, checkpoints, duration). Each panel's title names the
 metrics it draws and what they measured (a Ray Train function's own `loss` and `accuracy` are drawn as what it
-reported, not as validation); a panel no run has a metric for is left out, with a line saying so.
+reported, not as validation); a panel no run has a metric for is left out, with a line saying so. Each run's
+section names `raytrain why RUN_DIR`, the post-mortem of its attempts (raytrain.rundir.postmortem).
 
 Several run directories share one plot, to compare runs; a `raytrain tune` directory (it holds tune.json) stands
 for its trials, the best one drawn bold. It reads only the files of the run layout (raytrain.rundir.layout), so it works
@@ -386,6 +387,11 @@ def _label_marks(axes: dict, marks: list[tuple[float, str, str]]) -> None:
                                     "alpha": 0.8})
 
 
+def why_command(run: RunData) -> str:
+    """The command that says why each attempt of `run` ended (raytrain.rundir.postmortem)."""
+    return f"raytrain why {run.run_dir}"
+
+
 def write_html(loaded: list[RunData], png: Path) -> Path:
     page = png.with_suffix(".html")
     image = base64.b64encode(png.read_bytes()).decode()
@@ -394,7 +400,9 @@ def write_html(loaded: list[RunData], png: Path) -> Path:
         config = (run.run_dir / layout.CONFIG_FILE)
         config_text = config.read_text() if config.is_file() else "(no config.yaml)"
         sections.append(f"<h2>{html.escape(run.name)}</h2><pre>{html.escape(chr(10).join(summary_lines(run)))}</pre>"
-                        f"<p>{html.escape(str(run.run_dir))}</p><details><summary>config.yaml</summary>"
+                        f"<p>{html.escape(str(run.run_dir))}</p><p>Why each attempt ended (the rank that failed "
+                        f"first, its exception and last lines): <code>{html.escape(why_command(run))}</code></p>"
+                        f"<details><summary>config.yaml</summary>"
                         f"<pre>{html.escape(config_text)}</pre></details>")
     page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>raytrain report</title>"

@@ -24,7 +24,8 @@ MANIFEST_FILE = "meta.json"  # a checkpoint's manifest, written last: on an obje
 
 # What the driver and its helpers keep beside the records
 DRIVER_LOGS_DIR = "driver-logs"  # a copy of the console per attempt (raytrain.rundir.console)
-WORKER_LOGS_DIR = "worker-logs"  # rank 0's own output, attempt-<N>-rank0.log (raytrain.rundir.workerlogs)
+WORKER_LOGS_DIR = "worker-logs"  # each rank's output and first failure, attempt-<N>-rank<R>.log and .error.json
+# (raytrain.rundir.workerlogs; read by raytrain.rundir.postmortem)
 TRACKING_FILE = "tracking.json"  # the tracker runs' identities (raytrain.driver.tracking)
 RAY_TRAIN_DIR = ".ray-train"  # Ray Train's own files, an attempt-N directory per attempt (raytrain.driver.raytrainer)
 TUNE_FILE = "tune.json"  # a `raytrain tune` sweep's summary (raytrain.driver.tune, raytrain.driver.report)

@@ -218,6 +218,16 @@ def read_bytes_from(path: Path, start: int) -> bytes:
         return b""
 
 
+def size_of(path: Path) -> int:
+    """The size in bytes of the file (or object) at `path`; 0 when there is none (yet)."""
+    try:
+        if not is_remote(path):
+            return os.path.getsize(path)
+        return int(filesystem(path).info(object_key(path), refresh=True)["size"])
+    except FileNotFoundError:
+        return 0
+
+
 def create_exclusive(path: Path, data: bytes) -> bool:
     """Create the object `path` holding `data` unless it exists (If-None-Match: *, and GCS's generation match):
     True if this call created it. Exactly one of several concurrent callers gets True."""

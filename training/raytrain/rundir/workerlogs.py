@@ -1,33 +1,54 @@
-"""Rank 0's own output (what a Ray Train function or a Session loop prints, its warnings) kept in the run directory
-as it is written, and shown on the driver's console.
+"""Every rank's own output (what a Ray Train function or a Session loop prints, its warnings) kept in the run
+directory as it is written, rank 0's shown on the driver's console; and each rank's first failure recorded beside it,
+so that a post-mortem (raytrain.rundir.postmortem, `raytrain why`) outlives the pods, the cluster and the driver.
 
 The driver joins Ray with log_to_driver=False (raytrain.driver.raytrainer): its console carries raytrain's lines,
-not every worker's output and Ray's retry tracebacks. So what rank 0 writes to sys.stdout and sys.stderr (Ray
+not every worker's output and Ray's retry tracebacks. So what a rank writes to sys.stdout and sys.stderr (Ray
 Train sends a worker's print() through its root logger to sys.stderr) would reach only Ray's session logs on its
 node, gone with the pod. `RankOutput` copies it, still writing it where it went, to
-RUN_DIR/worker-logs/attempt-<N>-rank0.log (whole lines, about once a second: appended to a file, or an object
-rewritten longer on an object store); the driver's progress thread follows the file (`Follower`) and prints each
-new line through raytrain.rundir.console, which keeps a copy in driver-logs/ too.
+RUN_DIR/worker-logs/attempt-<N>-rank<R>.log (whole lines, about once a second: appended to a file, or an object
+rewritten longer on an object store); the driver's progress thread follows rank 0's file (`Follower`) and prints
+each new line through raytrain.rundir.console, which keeps a copy in driver-logs/ too.
+
+A rank whose loop raises records it first (`record_failure`), before the exception reaches Ray Train:
+RUN_DIR/worker-logs/attempt-<N>-rank<R>.error.json, written once per rank and attempt (the first failure; a
+restarted group's later one leaves it), small and bounded: the rank, the world size, its node (IP, hostname), pid,
+time, the exception's type and message, the traceback's text (its end) and the last lines the rank printed.
 
 Only text written through Python's sys.stdout and sys.stderr is copied (print, warnings, logging to the console);
 a C library writing to the file descriptors directly (NCCL) stays in Ray's logs. Nothing here ever raises into the
-code that prints: a copy that cannot be written is given up with one line on the worker's own stderr.
+code that prints or fails: a copy or a record that cannot be written is given up with one line on the worker's own
+stderr.
 """
 
 from __future__ import annotations
 
+import collections
+import json
 import logging
+import os
+import socket
 import sys
 import threading
+import time
+import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional, TextIO
 
-from raytrain.rundir import layout, storage
+from raytrain.rundir import atomicfile, layout, storage
 
 FLUSH_INTERVAL_S = 1.0
-# The most of rank 0's output kept per attempt: on an object store each flush rewrites the object whole, so a run
-# that prints without end would rewrite ever more each second. Past it, the output stays in Ray's logs only.
+# The most of a rank's output kept per attempt (what its earlier worker groups wrote counts too): on an object
+# store each flush rewrites the object whole, so a run that prints without end would rewrite ever more each second.
+# Past it, the output stays in Ray's logs only (and its last lines in the rank's failure record).
 MAX_COPY_BYTES = 16 * 2**20
+FAILURE_SUFFIX = ".error.json"
+# A failure record's bounds: the traceback's end, the message's start, the last lines printed (each cut)
+MAX_TRACEBACK_CHARS = 16000
+MAX_MESSAGE_CHARS = 4000
+TAIL_LINES = 20
+MAX_LINE_CHARS = 500
 _active: list["RankOutput"] = []  # the copy this process makes now, if any
 
 
@@ -41,6 +62,11 @@ def flush_pending() -> None:
 def log_path(run_dir: Path, attempt: Optional[int], rank: int = 0) -> Path:
     """RUN_DIR/worker-logs/attempt-<N>-rank<R>.log (attempt 0: a run written without a lease)."""
     return storage.as_path(run_dir) / layout.WORKER_LOGS_DIR / f"attempt-{attempt or 0}-rank{rank}.log"
+
+
+def failure_path(run_dir: Path, attempt: Optional[int], rank: int = 0) -> Path:
+    """RUN_DIR/worker-logs/attempt-<N>-rank<R>.error.json: rank R's first failure in attempt N."""
+    return storage.as_path(run_dir) / layout.WORKER_LOGS_DIR / f"attempt-{attempt or 0}-rank{rank}{FAILURE_SUFFIX}"
 
 
 class _RayRecords(logging.Filter):
@@ -109,15 +135,20 @@ class RankOutput:
         self.failed = False
         self.ray_records = _RayRecords()
         self._filtered: list[logging.Handler] = []
+        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)  # the last lines flushed
 
     def take(self, text: str) -> None:
-        if text and not self.failed:
+        if text:  # also once the copy gave up: its last lines still go to a failure record (last_lines)
             with self._lock:
                 self._pending.append(text)
                 if "\r" in text:  # a progress bar (tqdm) redraws its line: keep what a terminal would show
                     self._pending = [_redrawn("".join(self._pending))]
 
     def start(self) -> "RankOutput":
+        try:  # the cap is per attempt: an earlier worker group of this attempt wrote to the same file
+            self.written = storage.size_of(self.path)
+        except Exception:  # noqa: BLE001 - the first write says what is wrong with the storage, if anything
+            self.written = 0
         self._saved = (sys.stdout, sys.stderr)
         for name in ("", "ray", "ray.train"):  # the loggers Ray gives a console handler (root: print, in Ray Train)
             for handler in logging.getLogger(name).handlers:
@@ -142,6 +173,8 @@ class RankOutput:
                 text = "".join(self._pending)
                 cut = len(text) if final else text.rfind("\n") + 1
                 self._pending = [text[cut:]] if text[cut:] else []
+            if text[:cut]:
+                self._tail.extend(text[:cut].splitlines()[-TAIL_LINES:])
             if not text[:cut] or self.failed:
                 return
             data = text[:cut].encode("utf-8", errors="replace")
@@ -158,6 +191,12 @@ class RankOutput:
                 if original is not None:
                     original.write(f"raytrain: warning: rank output is no longer copied to {self.path} "
                                    f"({err.__class__.__name__}: {err}); it stays in Ray's logs\n")
+
+    def last_lines(self) -> list[str]:
+        """The last lines this process printed (TAIL_LINES at most), the ones not yet written too."""
+        with self._lock:
+            pending = "".join(self._pending).splitlines()
+        return (list(self._tail) + pending)[-TAIL_LINES:]
 
     def _append(self, data: bytes) -> None:
         if storage.is_remote(self.path):  # no append in an object store: a conditional rewrite
@@ -213,3 +252,53 @@ class Follower:
         cut = len(data) if final else data.rfind(b"\n") + 1
         self._partial = data[cut:]
         return data[:cut].decode("utf-8", errors="replace").splitlines()
+
+
+def _cut(text: str, limit: int, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    return "..." + text[-limit:] if keep_end else text[:limit] + "..."
+
+
+def type_name(error: BaseException) -> str:
+    """An exception's class as a user looks it up: `RuntimeError`, `torch.OutOfMemoryError`."""
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ in ("builtins", "__main__") else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def failure_record(attempt: Optional[int], rank: int, world_size: int, error: BaseException, *,
+                   node_ip: Optional[str] = None, last_lines: Iterable[str] = ()) -> dict:
+    """What record_failure writes (every field bounded)."""
+    try:
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    except Exception:  # noqa: BLE001 - an exception whose str() itself raises
+        trace = f"{type_name(error)} (its traceback could not be formatted)\n"
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001
+        message = "(its message could not be formatted)"
+    return {"attempt": attempt or 0, "rank": rank, "world_size": world_size, "node_ip": node_ip,
+            "hostname": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "type": type_name(error),
+            "message": _cut(message, MAX_MESSAGE_CHARS), "traceback": _cut(trace, MAX_TRACEBACK_CHARS, keep_end=True),
+            "last_lines": [_cut(line, MAX_LINE_CHARS) for line in list(last_lines)[-TAIL_LINES:]]}
+
+
+def record_failure(run_dir: Path, attempt: Optional[int], rank: int, world_size: int, error: BaseException, *,
+                   node_ip: Optional[str] = None, last_lines: Iterable[str] = ()) -> Optional[Path]:
+    """Record rank `rank`'s failure in attempt `attempt` (failure_path), unless the rank recorded one in this attempt
+    already (its first stays). Returns the path written, or None. Never raises: a record that cannot be written is
+    one line on this process's stderr, and the failure goes on to Ray Train as it would have."""
+    path = failure_path(run_dir, attempt, rank)
+    try:
+        if storage.size_of(path) > 0:
+            return None
+        record = failure_record(attempt, rank, world_size, error, node_ip=node_ip, last_lines=last_lines)
+        storage.makedirs(path.parent)
+        atomicfile.write_atomic(path, json.dumps(record, indent=1) + "\n")  # ASCII: surrogates escaped
+        return path
+    except Exception as err:  # noqa: BLE001 - the failure being raised is the one that matters
+        stderr = sys.__stderr__
+        if stderr is not None:
+            stderr.write(f"raytrain: warning: rank {rank}'s failure could not be recorded in {path} "
+                         f"({err.__class__.__name__}: {err})\n")
+        return None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from raytrain.checkpoint import checkpoints
-from raytrain.lifecycle.endings import REACTIONS, AttemptEnded
+from raytrain.lifecycle.endings import REACTIONS, AttemptEnded, Ending
 from raytrain.parallel import collectives, sharding
 from raytrain.rundir import storage, workerlogs
 from raytrain.rundir.runcontrol import UNFENCED, WorkerControl
@@ -125,17 +125,44 @@ def worker_entry(loop_config: dict) -> None:
     session = RayTrainSession(cfg, storage.as_path(loop_config["run_dir"]), loop_config["cpus_per_worker"],
                               loop_config.get("lease_token"))
     session._telemetry_linger = bool(loop_config.get("telemetry_linger"))
-    # Rank 0's prints reach the driver's console through the run directory (raytrain.rundir.workerlogs)
-    output = workerlogs.RankOutput(session.run_dir, loop_config.get("lease_token")).start() \
-        if session.is_rank_zero else None
+    run_worker(cfg, session, ray_train_function, loop_config.get("lease_token"), node_ip=_node_ip())
+
+
+def run_worker(cfg: RunConfig, session: Session, ray_train_function: bool, attempt: Optional[int],
+               node_ip: Optional[str] = None) -> None:
+    """One worker's loop with its records in the run directory (raytrain.rundir.workerlogs): what it prints copied
+    to worker-logs/attempt-<N>-rank<R>.log (rank 0's followed onto the driver's console), and its first failure
+    recorded beside it before the exception reaches Ray Train (then its log is flushed), so that `raytrain why`
+    names the rank that failed first after the pods are gone."""
+    output = workerlogs.RankOutput(session.run_dir, attempt, session.rank).start()
+
+    def failed(error: BaseException) -> None:
+        workerlogs.record_failure(session.run_dir, attempt, session.rank, session.world_size, error,
+                                  node_ip=node_ip, last_lines=output.last_lines())
+
     try:
-        _run_loop(cfg, session, ray_train_function)
+        _run_loop(cfg, session, ray_train_function, failed)
+    except (AttemptEnded, NodeDraining):  # an ending, not a failure (a failed one was recorded by _run_loop)
+        raise
+    except BaseException as error:
+        if isinstance(error, Exception) or (isinstance(error, SystemExit) and error.code not in (0, None)):
+            failed(error)
+        raise
     finally:
-        if output is not None:
-            output.stop()
+        output.stop()
 
 
-def _run_loop(cfg: RunConfig, session: RayTrainSession, ray_train_function: bool) -> None:
+def _node_ip() -> Optional[str]:
+    try:
+        import ray.util
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - only a field of a failure record
+        return None
+
+
+def _run_loop(cfg: RunConfig, session: Session, ray_train_function: bool,
+              failed: Callable[[BaseException], None]) -> None:
     session.start()
     try:
         if ray_train_function:
@@ -148,6 +175,8 @@ def _run_loop(cfg: RunConfig, session: RayTrainSession, ray_train_function: bool
                 raise
     except AttemptEnded as ended:
         reaction = REACTIONS[ended.ending]  # what each ending does: raytrain.lifecycle.endings
+        if ended.ending is Ending.FAILED:  # a diverged loss: the rank's failure, though no exception of the loop's
+            failed(ended)
         if reaction.commits:
             session.wait_for_checkpoint()
         if reaction.answers_resize:
@@ -162,5 +191,3 @@ def _run_loop(cfg: RunConfig, session: RayTrainSession, ray_train_function: bool
     session.wait_for_checkpoint()
     session.answer_resize("finished")
     session.finished()
-
-

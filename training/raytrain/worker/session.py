@@ -440,6 +440,9 @@ class Session(ABC):
                 "optimizer": optimizer_state, "optimizer_by_name": sharding.is_sharded(model),
                 **self._small_state(position, stateful)}
 
+    def finished(self) -> None:
+        """The loop returned and its last checkpoint committed (a Ray Train worker lingers for its telemetry)."""
+
     # Telemetry hooks (a Ray Train worker exports live metrics; a local run has nowhere to send them).
     def _started(self, start_epoch: int) -> None: ...
 
