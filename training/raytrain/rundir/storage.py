@@ -212,8 +212,7 @@ def read_bytes_from(path: Path, start: int) -> bytes:
             with open(path, "rb") as handle:
                 handle.seek(start)
                 return handle.read()
-        size = filesystem(path).info(object_key(path), refresh=True)["size"]
-        return filesystem(path).cat_file(object_key(path), start=start) if size > start else b""
+        return filesystem(path).cat_file(object_key(path), start=start) if size_of(path) > start else b""
     except FileNotFoundError:
         return b""
 
