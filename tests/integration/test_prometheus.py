@@ -119,6 +119,25 @@ def arrived(url: str, expr: str, began: float, timeout: float = 60.0) -> None:
         time.sleep(SCRAPE_S)
 
 
+def last_value(url: str, metric: str, run: str, start: float, end: float) -> float:
+    series = range_query(url, f'max by (run) ({metric}{{run="{run}"}})', start, end)
+    assert len(series) == 1, f"{metric} of run {run}: {len(series)} series; scrapes: {scrape_health(url, start, end)}"
+    return float(series[0]["values"][-1][1])
+
+
+def scrape_health(url: str, start: float, end: float) -> str:
+    """What Prometheus saw of its targets over [start, end]: failed scrapes and the slowest one, for a failure's
+    message (a scrape that times out has already taken the agent's gauge values: Ray clears them on each collect)."""
+    lines = []
+    for series in range_query(url, "up", start, end):
+        ups = [v for _, v in series["values"]]
+        lines.append(f"{series['metric'].get('instance')}: {ups.count('0')} of {len(ups)} scrapes failed")
+    for series in range_query(url, "scrape_duration_seconds", start, end):
+        slowest = max(float(v) for _, v in series["values"])
+        lines.append(f"{series['metric'].get('instance')}: slowest scrape {slowest:.2f}s")
+    return "; ".join(lines)
+
+
 def dashboard_queries() -> list[tuple[str, str]]:
     dashboard = json.loads(DASHBOARD.read_text())
     return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel["targets"]]
@@ -147,7 +166,8 @@ def test_every_dashboard_panel_has_data_for_a_run_on_a_real_ray_node(prometheus,
         values = [float(v) for s in series for _, v in s["values"]]
         if not values or all(v != v for v in values):  # no samples, or NaN only
             empty.append(f"{title}: {expr}")
-    assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+    assert not empty, ("dashboard queries without data:\n" + "\n".join(empty)
+                       + f"\nscrapes: {scrape_health(prometheus, began, ended)}")
 
     # The run selector lists the run.
     params = urllib.parse.urlencode({"match[]": "ray_raytrain_epoch", "start": began, "end": ended})
@@ -157,8 +177,7 @@ def test_every_dashboard_panel_has_data_for_a_run_on_a_real_ray_node(prometheus,
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
     def last(metric: str) -> float:
-        [series] = range_query(prometheus, f'max by (run) ({metric}{{run="{RUN}"}})', began, ended)
-        return float(series["values"][-1][1])
+        return last_value(prometheus, metric, RUN, began, ended)
 
     assert last("ray_raytrain_epoch") == EPOCHS
     assert last("ray_raytrain_train_loss") == pytest.approx(rows[-1]["train_loss"])
@@ -206,8 +225,7 @@ def test_a_resumed_run_reports_its_restart_and_resume(ray_head, prometheus, tmp_
     ended = time.time()
 
     def last(metric: str) -> float:
-        [series] = range_query(prometheus, f'max by (run) ({metric}{{run="{name}"}})', began, ended)
-        return float(series["values"][-1][1])
+        return last_value(prometheus, metric, name, began, ended)
 
     assert last("ray_raytrain_restarts") == 1 and last("ray_raytrain_resumes") == 1
     assert last("ray_raytrain_epoch") == 3
