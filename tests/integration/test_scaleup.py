@@ -76,6 +76,11 @@ def scaled_to_zero():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+def monitor_log(temp_dir: str) -> str:
+    logs = sorted(Path(temp_dir).glob("session_*/logs/monitor.*"))
+    return "\n".join(f"{log}:\n{log.read_text(errors='replace')[-2000:]}" for log in logs) or f"no monitor log in {temp_dir}"
+
+
 def test_a_run_on_a_cluster_scaled_to_zero_asks_the_autoscaler_waits_and_trains(scaled_to_zero, tmp_path):
     import ray
 
@@ -84,10 +89,11 @@ def test_a_run_on_a_cluster_scaled_to_zero_asks_the_autoscaler_waits_and_trains(
     from raytrain.errors import LaunchError
     from raytrain.spec.config import load_config
 
-    address, _ = scaled_to_zero
+    address, temp_dir = scaled_to_zero
     ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     try:
-        assert autoscaler_running(first_report_s=60)  # a loaded machine starts the monitor late
+        # A loaded machine starts the monitor late; if it never reports, its own log says why.
+        assert autoscaler_running(first_report_s=120), monitor_log(temp_dir)
         assert [n.get("CPU", 0.0) for n in alive_node_resources()] == [0.0]  # the head alone
     finally:
         ray.shutdown()

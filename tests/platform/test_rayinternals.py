@@ -5,9 +5,15 @@ moves one fails here, naming it. The GCS drain probe against a real two-node clu
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 
+import pytest
+from ray.autoscaler._private.util import format_readonly_node_type
+
 from raytrain.platform import rayinternals
+
+READONLY_TYPE = format_readonly_node_type("10.0.0.1")
 
 
 def test_ray_trains_report_logger_is_named_after_its_module_file():
@@ -57,3 +63,18 @@ def test_the_raylet_flags_read_from_proc_are_the_ones_ray_start_passes():
            "--session_dir=/tmp/ray/s", "--temp_dir=/tmp/ray", "--static_resource_list=node:__internal_head__,1"]
     [raylet] = rayinternals.local_raylets({42: (1, 0.0, cmd)})
     assert (raylet.pid, raylet.node_id, raylet.gcs_address, raylet.is_head) == (42, "ab", "10.0.0.1:6379", True)
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    (None, None),  # the monitor has not written yet
+    (b"", None),
+    (json.dumps({"load_metrics_report": {}}).encode(), None),  # written before the autoscaler's first summary
+    (json.dumps({"autoscaler_report": {"node_type_mapping": {}}}).encode(), None),  # no node listed yet
+    (json.dumps({"autoscaler_report": {"node_type_mapping": None}}).encode(), None),
+    # An autoscaling config's node types: it can add nodes.
+    (json.dumps({"autoscaler_report": {"node_type_mapping": {"10.0.0.1": "headgroup"}}}).encode(), True),
+    # A read-only monitor names each node's type after the node itself.
+    (json.dumps({"autoscaler_report": {"node_type_mapping": {"10.0.0.1": READONLY_TYPE}}}).encode(), False),
+])
+def test_a_v1_monitor_status_says_it_can_add_nodes_only_once_it_lists_a_node(status, expected):
+    assert rayinternals.v1_monitor_can_add_nodes(status) is expected

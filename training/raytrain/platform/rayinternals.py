@@ -111,21 +111,34 @@ def autoscaler_can_add_nodes() -> Optional[bool]:
     (ray/autoscaler/_private/monitor.py, DEBUG_AUTOSCALING_STATUS); without an autoscaling config it only mirrors the
     nodes, each as a node type of its own (util.py format_readonly_node_type), and can add none. KubeRay's
     `enableInTreeAutoscaling` runs a real one (its sidecar; the node types are the groups), or v2, which sets its
-    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2). None while a v1 monitor has not reported yet (it
+    enabled key (ray/autoscaler/v2/utils.py, is_autoscaler_v2). None while a v1 monitor has not reported a node yet (it
     reports every AUTOSCALER_UPDATE_INTERVAL_S, 5 s by default, from the head's start)."""
 
     from ray._private import ray_constants
-    from ray.autoscaler._private.util import format_readonly_node_type
     from ray.autoscaler.v2.utils import is_autoscaler_v2
     from ray.experimental import internal_kv
 
-    status = internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS)
-    if status:
-        mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
-        return any(node_type != format_readonly_node_type(node) for node, node_type in mapping.items())
+    known = v1_monitor_can_add_nodes(internal_kv._internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS))
+    if known is not None:
+        return known
     if is_autoscaler_v2(fetch_from_server=True):
         return True
     return None
+
+
+def v1_monitor_can_add_nodes(status: Optional[bytes]) -> Optional[bool]:
+    """From a v1 monitor's status (DEBUG_AUTOSCALING_STATUS's JSON): whether any node it lists has a node type of
+    the autoscaling config rather than a read-only one; None while it lists no node. The monitor writes a status
+    without an autoscaler report (summary() is None while its provider lists no node yet) and skips a node whose
+    tags are not all set: on a loaded head that first status would otherwise read as "cannot add nodes"."""
+    from ray.autoscaler._private.util import format_readonly_node_type
+
+    if not status:
+        return None
+    mapping = (json.loads(status).get("autoscaler_report") or {}).get("node_type_mapping") or {}
+    if not mapping:
+        return None
+    return any(node_type != format_readonly_node_type(node) for node, node_type in mapping.items())
 
 
 def walk_working_dir(directory: Path, excludes: list[str], skip, visit) -> None:

@@ -15,7 +15,9 @@ Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values 
 node's metrics agent forgets a gauge value once a scrape has read it. A value set once per epoch would reach
 Prometheus as a lone sample (and be lost if that scrape times out), so a daemon thread sets the last values again
 every REFRESH_S seconds, well inside Ray's report interval (10 s by default): a few calls a second, off the
-training thread.
+training thread. Each report must reach the agent within half the interval (Ray's core worker gives its exporter that
+timeout): a node so loaded that its agent answers slower loses the reports, so lowering the interval below Ray's
+default trades robustness for freshness.
 """
 
 from __future__ import annotations
