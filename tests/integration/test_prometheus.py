@@ -29,11 +29,11 @@ from raytrain.cluster.raynode import free_port
 from raytrain.platform.processes import kill_pids
 from tests.support.tools import require_tool
 
-# Alone, after the parallel pass: a worker sends its metrics to the node's agent with a timeout of half the report
-# interval (Ray's core worker, RegisterGrpcExporter: 0.5 s at this head's 1 s), and on a 2-core machine under the
-# other xdist worker's clusters the agent answered slower than that for whole runs: every export after the start
-# timed out and no epoch's values reached Prometheus (seen in 2 of 3 CI runs). At Ray's default 10 s a user's node
-# has 5 s.
+# Alone, after the parallel pass. A worker sends its metrics to the node's agent with a timeout of half the report
+# interval (Ray's core worker, RegisterGrpcExporter: 0.5 s at this head's 1 s). Beside the other xdist worker's
+# clusters no epoch's values reached Prometheus in 2 of 3 CI runs, while the start's did; the agent then answers
+# slower than that (a plain scrape of it took up to 1.3 s at load 16), the likely cause. A user's node, at Ray's
+# default 10 s, has 5 s.
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parents[2]
