@@ -81,6 +81,13 @@ CASES = {
              events=[event("start", 5, attempt=1), event("start", 55, attempt=2)],
              rows=[row(1, 15), row(2, 65, attempt=2)], epochs=2),
         {"startup": 10, "training": 20, "stopping": 10, "waiting": 30}, None, {"epochs_done": 2}),
+    # A finished run started again writes no result (the one that trained stands): a clean end all the same.
+    "a finished run started again": (
+        dict(claims={1: 0.0, 2: 40.0}, results=[result(1, 30, 30)],
+             events=[event("start", 5, attempt=1), event("nothing_to_train", 41, attempt=2, epoch=1)],
+             rows=[row(1, 25)], lease={"token": 2, "renewed": 41.5, "ttl_s": 30, "released": True}, epochs=1),
+        {"startup": 6.5, "training": 20, "stopping": 5, "waiting": 10},
+        {1: {"startup": 5, "training": 20, "stopping": 5}, 2: {"startup": 1.5}}, {"epochs_done": 1}),
     "an attempt running now": (
         dict(claims={1: 0.0}, results=[], events=[event("start", 4, attempt=1)], rows=[row(1, 14)],
              lease={"token": 1, "renewed": 18, "ttl_s": 30}, epochs=3, now=20),
@@ -139,7 +146,8 @@ def test_damaged_records_are_named_and_skipped(tmp_path: Path) -> None:
         b'{"event": "restored", "time": "soon", "restore_s": 3}\n{"event": "rows_dropped", "time": 106, "until": "x"}\n')
     (tmp_path / layout.METRICS_FILE).write_text(
         json.dumps(row(1, 120.0, data="much")) + "\n{broken\n" + json.dumps({"epoch": "two", "timing": 5}) + "\n"
-        + json.dumps({"epoch": 3, "timing": {"time": None}}) + "\n")
+        + json.dumps({"epoch": 3, "timing": {"time": None}}) + "\n"
+        + '{"epoch": 3, "timing": {"time": Infinity, "val_s": NaN}}\n' + json.dumps(row(2, 120.0)) + "\n")
     (tmp_path / layout.RESULTS_HISTORY_FILE).write_text('{"attempt": 1, "time": "late"}\n' + json.dumps(
         result(1, 130.0, 30.0)) + "\n")
     (tmp_path / layout.RESULT_FILE).write_text("{")

@@ -31,6 +31,7 @@ Damaged lines are skipped and named (`notes`); a field of the wrong type is igno
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -59,7 +60,8 @@ _PRIORITY = {"training": 3, "data": 3, "evaluation": 3, "checkpoint": 3, "lost":
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number (JSON's Infinity and NaN, and booleans, are damage)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _seconds(value: Any) -> float:
@@ -71,7 +73,7 @@ class Attempt:
     attempt: int
     start: float
     end: float
-    status: str  # succeeded, failed, stopped; running; no result (killed, or released)
+    status: str  # succeeded, failed, stopped; running; nothing to train; no result (killed, or released)
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -158,7 +160,8 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
     results.jsonl's rows, events.jsonl's, metrics.jsonl's, lease.json's record."""
     now = time.time() if now is None else now
     events = [e for e in events if _number(e.get("time"))]
-    timed_rows = sorted((t, r) for r in rows if (t := _row_time(r)) is not None and isinstance(r.get("epoch"), int))
+    timed_rows = sorted(((t, r) for r in rows if (t := _row_time(r)) is not None and isinstance(r.get("epoch"), int)),
+                        key=lambda pair: pair[0])
     results = [r for r in results if _number(r.get("time"))]
     attempts = _attempts(claims, results, events, timed_rows, lease, now)
     if not attempts:
@@ -288,6 +291,8 @@ def _attempts(claims: dict[int, float], results: list[dict], events: list[dict],
                 if live and later is None:
                     end = max(end, now)
             status = "running" if later is None and end >= now else "no result"
+            if any(e.get("event") == "nothing_to_train" and _attempt_of(e) == number for e in events):
+                status = "nothing to train"  # a finished run started again: it keeps the result that trained it
         if later is not None:
             end = min(end, later)
         attempts.append(Attempt(number, start, max(end, start), status))
