@@ -43,11 +43,12 @@ def test_one_run_gives_a_png_and_an_html_page_that_embeds_it(tmp_path):
     assert base64.b64encode(png.read_bytes()).decode() in text
     assert "small_cnn" in text and "train:" in text  # the config.yaml is on the page
     assert f"<code>raytrain why {run_dir}</code>" in text  # the post-mortem of its attempts (issue 38)
-    [summary, config, last, state] = summary_lines(loaded[0])
+    [summary, config, last, state, time_went] = summary_lines(loaded[0])
     assert summary.startswith("digits: succeeded, epoch 12/12, 1m15s")
     assert "small_cnn on digits" in config and "2 workers" in config
     assert "val_accuracy 0.9583" in last
     assert "1 checkpoint(s)" in state and "1 restart(s), 1 resumed" in state
+    assert time_went.startswith("  goodput ") and "<h3>Where its time went</h3>" in text
 
 
 def test_thousands_of_epochs_and_several_runs_on_one_plot(tmp_path):
@@ -72,6 +73,43 @@ def test_a_tune_directory_stands_for_its_trials_and_marks_the_best(tmp_path):
     assert [(r.name, r.best) for r in loaded] == [("trial a1", False), ("trial b2", True)]
     assert png == sweep / "report.png"
     assert summary_lines(loaded[1])[0].startswith("trial b2  (best): ") and "train.lr=0.003" in summary_lines(loaded[1])[1]
+
+
+def timed_run(storage, name="timed"):
+    """A run whose records carry times (raytrain.rundir.goodput's input), written as the session writes them."""
+    run_dir = make_run(storage, name, 0, result=False)
+    (run_dir / "events.jsonl").write_text(json.dumps({"event": "start", "time": 1010.0, "attempt": 1}) + "\n")
+    rows = [{"epoch": e, "train_loss": 1.0, "attempt": 1,
+             "timing": {"time": 1010.0 + 20 * e, "data_s": 1.0, "val_s": 3.0, "checkpoint_s": 0.0}} for e in (1, 2)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / ".lease").mkdir()
+    (run_dir / ".lease" / "1.json").write_text(json.dumps({"token": 1, "since": 1000.0}))
+    runrecords.Records(run_dir).write_result({"status": "succeeded", "duration_s": 60.0, "epochs_completed": 2,
+                                              "attempt": 1})
+    results = run_dir / "results.jsonl"  # its time, as the attempt wrote it
+    results.write_text(json.dumps({"time": 1060.0, "status": "succeeded", "duration_s": 60.0, "attempt": 1}) + "\n")
+    return run_dir
+
+
+def test_the_goodput_table_and_json(tmp_path, capsys):
+    """Issue 38: each run's wall time by cause, on the console (and the page), or one JSON object with --json."""
+    run_dir = timed_run(tmp_path)
+    assert main(["report", str(run_dir)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "raytrain: where the time of timed went:\ngoodput 53.3% of 1m00s" in out
+    for line in ("productive training", "start-up (Ray, workers, data)", "data wait", "evaluation", "stopping"):
+        assert f"  {line}" in out
+    assert "progress: epoch 2/" in out
+    [run] = load_runs([run_dir])
+    assert summary_lines(run)[4] == ("  goodput 53.3% of 1m00s; besides training: stopping 10.0s, start-up (Ray, "
+                                     "workers, data) 10.0s, evaluation 6.0s, data wait 2.0s")
+    assert main(["report", str(run_dir), "--json"]) == EXIT_OK
+    found = json.loads(capsys.readouterr().out)
+    [one] = found["runs"]
+    assert found["png"] == str(run_dir / "report.png") and one["status"] == "succeeded"
+    assert one["goodput"]["wall_s"] == 60.0 and one["goodput"]["goodput"] == pytest.approx(32 / 60, abs=1e-4)
+    assert sum(one["goodput"]["seconds"].values()) == pytest.approx(60.0)
+    assert [a["attempt"] for a in one["goodput"]["attempts"]] == [1]
 
 
 def test_a_run_with_no_metrics_yet_says_so(tmp_path, capsys):
@@ -109,7 +147,7 @@ def test_a_ray_train_function_run_is_summarised_by_its_own_metrics(tmp_path):
         runrecords.Records(run_dir).append_metrics({"epoch": epoch, "loss": 1.0 / (epoch + 1), "accuracy": 0.5})
     runrecords.Records(run_dir).write_result({"status": "succeeded", "duration_s": 5.0, "epochs_completed": 2})
     loaded, png, _ = report([run_dir])
-    summary, config, last, _ = summary_lines(loaded[0])
+    summary, config, last, _, _ = summary_lines(loaded[0])
     assert summary.startswith("script: succeeded, epoch 2, ") and png.exists()
     assert config.startswith("  Ray Train function train_func.train_func(lr=0.01), 2 workers")
     assert last == "  last: loss 0.3333, accuracy 0.5000"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from raytrain.rundir import goodput, runrecords
 from tests.support import checks
 
 pytestmark = pytest.mark.integration
@@ -61,6 +62,7 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
     # A re-run resumes; here the newest checkpoint (60) is damaged, so it says so and resumes from the one before
     # (55). (A re-run from an intact newest checkpoint is what every other resume test meets.)
     assert checks.checkpoint_epochs(run_dir)[-2:] == [55, 60]
+    trained_at = {r["epoch"]: r["timing"]["time"] for r in runrecords.read_metrics(run_dir)}  # epochs 56-60 are trained again
     newest = next(run_dir.glob("checkpoint_epoch000060_*"))
     (newest / "state.pt").write_bytes(b"half a checkpoint")
     again = run("run", "linear", "--storage", str(tmp_path), "--name", "lin", "--set", "train.epochs=62",
@@ -71,6 +73,17 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
     result = result_of(run_dir)
     assert result["resumed_from_epoch"] == 55 and result["metrics"]["train_loss"] <= 0.09
     assert checks.starts(run_dir)[-1]["start_epoch"] == 56
+
+    # Goodput (issue 38): the parts sum to the wall time; the progress lost is epochs 56-60 as attempt 1 trained
+    # them (its rows' times, dropped by the rerun), the restore of epoch 55's checkpoint is attempt 3's.
+    found = goodput.read(run_dir, epochs=62)
+    statuses = [(a.attempt, a.status) for a in found.attempts]
+    assert statuses == [(1, "succeeded"), (2, "nothing to train"), (3, "succeeded")], found
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s)
+    assert found.seconds["lost"] == pytest.approx(trained_at[60] - trained_at[55], abs=0.01), found.seconds
+    assert found.attempts[0].seconds["lost"] == pytest.approx(found.seconds["lost"])
+    assert 0 < found.attempts[2].seconds["restore"] < 10 and found.seconds["other"] == 0, found.seconds
+    assert found.seconds["training"] > found.seconds["lost"] and found.seconds["waiting"] > 0, found.seconds
 
 
 def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from raytrain.checkpoint import checkpoints
 from raytrain.driver.localtrainer import train_local
 from raytrain.errors import LaunchError
-from raytrain.rundir import postmortem, runrecords
+from raytrain.rundir import goodput, postmortem, runrecords
 from raytrain.spec.config import load_config
 from tests.support.project import user_module
 
@@ -87,6 +87,18 @@ def test_a_custom_loop_gets_rows_checkpoints_and_resume_with_its_extra_state(pro
     assert rows[-1]["resumed_from_epoch"] == 3
     restored = [e for e in runrecords.read_events(second.run_dir) if e["event"] == "restored"]
     assert restored[-1]["epoch"] == 3
+    # What goodput splits the time by (issue 38): each row's timing, the restore's seconds, each attempt's end.
+    times = [r["timing"]["time"] for r in rows]
+    assert times == sorted(times) and all(r["timing"]["data_s"] >= 0 and r["timing"]["val_s"] == 0 for r in rows)
+    assert rows[2]["timing"]["checkpoint_s"] > 0 and rows[1]["timing"]["checkpoint_s"] == 0  # epoch 2's saved after row 2
+    assert restored[-1]["restore_s"] > 0
+    assert [e["attempt"] for e in runrecords.read_events(second.run_dir) if e["event"] == "trained"] == [1, 2]
+    found = goodput.read(second.run_dir, epochs=5)
+    assert [(a.attempt, a.status) for a in found.attempts] == [(1, "succeeded"), (2, "succeeded")]
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s)
+    assert found.seconds["training"] > 0 and found.seconds["restore"] > 0 and found.seconds["waiting"] > 0
+    assert found.seconds["lost"] == found.seconds["other"] == 0
+    assert found.progress == {"epochs_done": 5, "epochs": 5, "percent": 100.0, "time_left_s": 0.0}
 
 
 def test_the_newest_checkpoint_that_loads_wins_and_the_damaged_one_is_named(project):
@@ -155,4 +167,8 @@ def test_a_worker_group_restarted_from_nothing_keeps_each_epoch_once(project):
         except RuntimeError:
             assert group == 1
     assert [checkpoints.position_of(p).epoch for p in checkpoints.committed(run_dir)] == [4]  # the last epoch's
-    assert [r["epoch"] for r in runrecords.read_metrics(run_dir)] == [1, 2, 3, 4]
+    rows = runrecords.read_metrics(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]
+    # The first group's two rows, trained again: the newest one's time kept for goodput's progress lost (issue 38).
+    [dropped] = [e for e in runrecords.read_events(run_dir) if e["event"] == "rows_dropped"]
+    assert (dropped["rows"], dropped["epoch"]) == (2, -1) and dropped["until"] < rows[0]["timing"]["time"]

@@ -256,7 +256,10 @@ def add_tune_and_data_commands(sub, config_command: Callable) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import json
+
     from raytrain.driver.report import ReportError, report, why_command
+    from raytrain.rundir import goodput
 
     try:
         run_dirs = [storagecheck.check_reachable(storage.as_path(p), "raytrain report") for p in args.run_dirs]
@@ -264,6 +267,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ReportError as err:
         _error(f"report: {err}")
         return EXIT_USAGE
+    if args.json:  # one object and nothing else on stdout, for machines
+        print(json.dumps({"png": str(png), "html": str(page), "runs": [
+            {"run": run.name, "run_dir": str(run.run_dir), "status": run.result["status"] if run.result else None,
+             "goodput": run.goodput.to_dict(), "why": why_command(run)} for run in loaded]}, indent=2))
+        return EXIT_OK
+    for run in loaded:
+        console.info("goodput", f"where the time of {run.name} went:\n" + "\n".join(goodput.table(run.goodput)),
+                     run_dir=str(run.run_dir), **run.goodput.to_dict())
     for run in loaded:
         if not run.rows:
             console.info("report", f"report: {run.run_dir} has no metrics yet (no epoch finished); drawn empty")
@@ -430,11 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_lease_option(local)
     add_tune_and_data_commands(sub, config_command)
 
-    report = sub.add_parser("report", help="plot runs: loss, accuracy, throughput, restarts, summary (PNG + HTML)")
+    report = sub.add_parser("report", help="plot runs: loss, accuracy, throughput, restarts, goodput, summary "
+                                           "(PNG + HTML)")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                         help="STORAGE/NAME of a run; several compare runs; a `raytrain tune` directory stands for its trials")
     report.add_argument("--out", metavar="FILE.png", help="the PNG (the HTML page goes beside it; default: "
                                                           "RUN_DIR/report.png for one directory, else ./report.png)")
+    report.add_argument("--json", action="store_true", help="one JSON object (each run's goodput by cause, the "
+                                                            "files written), for machines")
     report.set_defaults(func=cmd_report)
 
     why = sub.add_parser("why", help="why each attempt of a run ended: the rank that failed first, its node, "

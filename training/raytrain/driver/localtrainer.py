@@ -45,6 +45,7 @@ class LocalTrainer:
         try:
             components.instantiate(cfg.loop, session)
             session.wait_for_checkpoint()  # the last one committed before the attempt writes its result
+            session.trained()
         except AttemptEnded as ended:
             if ended.ending is Ending.STOPPED:
                 return  # checkpointed at this step; the attempt writes "stopped"

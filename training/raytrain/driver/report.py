@@ -1,6 +1,8 @@
 """`raytrain report`: a PNG (and an HTML page embedding it) of one or more run directories: training and
 validation loss, validation accuracy and throughput per epoch, worker-group restarts and resumes (events.jsonl)
-marked on the curves, and each run's summary (config, status, checkpoints, duration). Each panel's title names the
+marked on the curves, and each run's summary (config, status, checkpoints, duration, goodput). Each run's goodput
+(raytrain.rundir.goodput: its wall time split into productive training and the rest by cause) is a line of the
+summary, a table in the page and on the console, and `--json`'s object. Each panel's title names the
 metrics it draws and what they measured (a Ray Train function's own `loss` and `accuracy` are drawn as what it
 reported, not as validation); a panel no run has a metric for is left out, with a line saying so. Each run's
 section names `raytrain why RUN_DIR`, the post-mortem of its attempts (raytrain.rundir.postmortem).
@@ -23,7 +25,7 @@ from typing import Optional
 import yaml
 
 from raytrain.checkpoint import checkpoints
-from raytrain.rundir import layout, runrecords, storage
+from raytrain.rundir import goodput, layout, runrecords, storage
 from raytrain.spec import components
 
 
@@ -42,6 +44,7 @@ class RunData:
     checkpoints: list[Path]
     best: bool = False
     params: dict = field(default_factory=dict)  # a tune trial's sampled keys
+    _goodput: Optional[goodput.Goodput] = field(default=None, repr=False)
 
     @property
     def restarts(self) -> list[dict]:
@@ -52,6 +55,14 @@ class RunData:
     def resizes(self) -> list[dict]:
         """An elastic run's changes of worker count (raytrain.worker.elastic), each at the position its new group resumed."""
         return [e for e in self.events if e.get("event") == "resize"]
+
+    @property
+    def goodput(self) -> goodput.Goodput:
+        """Where the run's wall time went, from its records (computed once)."""
+        if self._goodput is None:
+            epochs = (self.config.get("train") or {}).get("epochs")
+            self._goodput = goodput.read(self.run_dir, None if _ray_train_function(self) else epochs)
+        return self._goodput
 
     @property
     def status(self) -> str:
@@ -180,6 +191,17 @@ def _resize_text(event: dict) -> str:
     return f"{event.get('previous', '?')} -> {event.get('workers', '?')}{where}"
 
 
+def goodput_line(run: RunData) -> str:
+    """The goodput and its largest causes, in one line (the table: goodput.table)."""
+    found = run.goodput
+    if found.goodput is None:
+        return "goodput: no records with times yet"
+    causes = sorted(((s, c) for c, s in found.seconds.items() if c != "training" and s >= 0.05), reverse=True)
+    parts = [f"{goodput.LABELS[c]} {_fmt_duration(s)}" for s, c in causes[:4]]
+    return (f"goodput {found.goodput * 100:.1f}% of {_fmt_duration(found.wall_s)}"
+            + (f"; besides training: {', '.join(parts)}" if parts else ""))
+
+
 def summary_lines(run: RunData) -> list[str]:
     epochs = (run.config.get("train") or {}).get("epochs", "?")
     done = run.rows[-1]["epoch"] if run.rows else 0
@@ -197,6 +219,7 @@ def summary_lines(run: RunData) -> list[str]:
     resumes = [e for e in run.restarts if e.get("resumed_from_epoch") is not None]
     ckpt = f"{len(run.checkpoints)} checkpoint(s), newest {run.checkpoints[0].name}" if run.checkpoints else "no checkpoint"
     lines.append(f"  {ckpt}; {len(run.restarts)} restart(s), {len(resumes)} resumed")
+    lines.append("  " + goodput_line(run))
     if run.resizes:
         lines.append("  workers: " + ", ".join(map(_resize_text, run.resizes)))
     if run.result and run.result.get("error"):
@@ -400,6 +423,8 @@ def write_html(loaded: list[RunData], png: Path) -> Path:
         config = (run.run_dir / layout.CONFIG_FILE)
         config_text = config.read_text() if config.is_file() else "(no config.yaml)"
         sections.append(f"<h2>{html.escape(run.name)}</h2><pre>{html.escape(chr(10).join(summary_lines(run)))}</pre>"
+                        f"<h3>Where its time went</h3><pre>{html.escape(chr(10).join(goodput.table(run.goodput)))}"
+                        f"</pre>"
                         f"<p>{html.escape(str(run.run_dir))}</p><p>Why each attempt ended (the rank that failed "
                         f"first, its exception and last lines): <code>{html.escape(why_command(run))}</code></p>"
                         f"<details><summary>config.yaml</summary>"

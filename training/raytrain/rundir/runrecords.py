@@ -82,8 +82,10 @@ class Records:
         are about to be trained again."""
         path = self.run_dir / layout.METRICS_FILE
         if path.exists():
-            kept = [row for row in read_metrics(self.run_dir) if row["epoch"] <= last_epoch]
+            rows = read_metrics(self.run_dir)
+            kept = [row for row in rows if row["epoch"] <= last_epoch]
             self.write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
+            self._dropped([row for row in rows if row["epoch"] > last_epoch], last_epoch, step)
         steps = self.run_dir / layout.STEPS_FILE
         if steps.exists():
             kept = [row for row in read_jsonl(steps) if _before(row, last_epoch, step)]
@@ -93,8 +95,19 @@ class Records:
         """Drop the epoch rows at or past (epoch, step) (row_key's order): a function that reports a position again
         trains it again, so the rows it reported there before are replaced, not repeated."""
         path = self.run_dir / layout.METRICS_FILE
-        kept = [row for row in read_metrics(self.run_dir) if row_key(row) < (epoch, -1 if step is None else step)]
+        rows = read_metrics(self.run_dir)
+        kept = [row for row in rows if row_key(row) < (epoch, -1 if step is None else step)]
         self.write_atomic(path, "".join(json.dumps(row) + "\n" for row in kept))
+        self._dropped([row for row in rows if row_key(row) >= (epoch, -1 if step is None else step)], epoch - 1,
+                      step or 0)
+
+    def _dropped(self, rows: list[dict], epoch: int, step: int) -> None:
+        """Rows dropped to be trained again: the newest time they were written (their `timing`) kept as a
+        `rows_dropped` event, the end of the progress lost (raytrain.rundir.goodput) that the file no longer shows."""
+        times = [row["timing"]["time"] for row in rows if isinstance(row.get("timing"), dict)
+                 and isinstance(row["timing"].get("time"), (int, float))]
+        if times:
+            self.append_event("rows_dropped", epoch=epoch, step=step, rows=len(rows), until=max(times))
 
     def write_result(self, result: dict) -> None:
         """result.json is this attempt's outcome; results.jsonl keeps every attempt's, so a failed attempt never

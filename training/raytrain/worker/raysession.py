@@ -190,4 +190,5 @@ def _run_loop(cfg: RunConfig, session: Session, ray_train_function: bool,
         return  # checkpointed (unless the lease was lost); the driver writes the result
     session.wait_for_checkpoint()
     session.answer_resize("finished")
+    session.trained()
     session.finished()

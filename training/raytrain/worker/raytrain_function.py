@@ -172,12 +172,18 @@ class Bridge:
                "resumed_from_epoch": session.resumed_from_epoch}
         if session.is_rank_zero:
             self._drop_repeated(row)
-            session.records.append_metrics(row)
+            # The time and the checkpoint commits since the last row (goodput); what the function spends waiting
+            # on data or evaluating is its own, counted as training.
+            session.records.append_metrics({**row, "timing": {"time": round(time.time(), 3),
+                                                              "checkpoint_s": round(session._checkpoint_s, 3)}})
+        session._checkpoint_s = 0.0
         self.reports += 1
         telemetry = getattr(session, "telemetry", None)
         if telemetry is not None:
             telemetry.epoch_end(row, 0, time.perf_counter() - self.began)
+        committing = time.perf_counter()
         committed = self._commit(Position(epoch), checkpoint)
+        session._checkpoint_s += time.perf_counter() - committing
         if committed is not None:
             self.offer, self.offer_position = committed, checkpoints.position_of(committed)
             if session._steps is not None:

@@ -97,6 +97,9 @@ class Session(ABC):
         # This worker's own training samples (from batches("train")) and time since the last report: telemetry.
         self._epoch_samples = 0
         self._epoch_began = time.perf_counter()
+        # Seconds since the last metrics row spent waiting on the training loader, in validation and blocked in
+        # checkpoint saves: the row's `timing`, which raytrain.rundir.goodput splits the run's time by.
+        self._data_s = self._val_s = self._checkpoint_s = 0.0
         # What restore() or report() was given: what a mid-epoch checkpoint saves.
         self._tracked: Optional[tuple[Any, Any, dict]] = None
         self._steps: Any = None  # raytrain.worker.stepcontrol.StepControl, made by start()
@@ -223,8 +226,18 @@ class Session(ABC):
     def _on_device(self, source: Any, epoch: int, batches: Iterator, replay: int,
                    first_step: Optional[int] = None) -> Iterator:
         if source == "val":
-            return (to_device(batch, self.device) for batch in batches)
+            return self._val_batches(batches)
         return self._train_steps(batches, epoch, replay, replay if first_step is None else first_step)
+
+    def _val_batches(self, batches: Iterator) -> Iterator:
+        """Validation batches on the device; from the first batch asked for to the last, the loop evaluates: its
+        seconds go to the next metrics row (goodput's evaluation)."""
+        began = time.perf_counter()
+        try:
+            for batch in batches:
+                yield to_device(batch, self.device)
+        finally:
+            self._val_s += time.perf_counter() - began
 
     def _train_steps(self, batches: Iterator, epoch: int, replay: int, first: int) -> Iterator:
         """An epoch's training batches: `replay` batches the loader yields again are dropped (a loader raytrain
@@ -234,7 +247,18 @@ class Session(ABC):
         accum = self.config.train.grad_accum_steps
         limit = self.config.train.max_steps_per_epoch * accum
         micro = first
-        for index, batch in enumerate(batches):
+        batches = iter(batches)
+        index = -1
+        while True:
+            # Two clock reads a batch (well under a microsecond, docs/benchmarks.md): the data wait of goodput.
+            waited = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            finally:
+                self._data_s += time.perf_counter() - waited
+            index += 1
             if index < replay:
                 continue
             if limit and micro >= limit:
@@ -292,6 +316,7 @@ class Session(ABC):
     def restore(self, model: "nn.Module", optimizer: Any = None, **stateful: Any) -> int:
         """Load the newest checkpoint that loads into model/optimizer/stateful objects; returns the first epoch to
         train (1 when there is none). Metrics rows past the restored position are dropped: they train again."""
+        began = time.perf_counter()
         warnings: list[str] = []
         if self.sharded:  # every worker reads its own shards, straight into model and optimizer
             loaded = self.checkpointer.load_newest(warnings.append, model, optimizer)
@@ -325,7 +350,7 @@ class Session(ABC):
                 resharded = {"resharded_from": written_by} if written_by and written_by != self.world_size else {}
                 self.records.append_event("restored", checkpoint=loaded.path.name, epoch=self.resumed_from_epoch,
                                           step=self._resume_step, applied={k: new for k, (_, new) in applied.items()},
-                                          **resharded)
+                                          restore_s=round(time.perf_counter() - began, 3), **resharded)
         self._tracked = (model, optimizer, stateful)
         self._announce()
         return (self.resumed_from_epoch or 0) + 1
@@ -359,8 +384,10 @@ class Session(ABC):
         row = {"epoch": int(epoch), **{k: _plain_number(v) for k, v in metrics.items()},
                "resumed_from_epoch": self.resumed_from_epoch}
         if self.is_rank_zero:
-            # The row goes first: if the checkpoint below never lands, resume drops this row and retrains.
-            self.records.append_metrics(row)
+            # The row goes first: if the checkpoint below never lands, resume drops this row and retrains. Its
+            # timing (rank 0's) goes to metrics.jsonl only: the trackers, Ray Train and the console take the row.
+            self.records.append_metrics({**row, "timing": self._timing()})
+        self._data_s = self._val_s = self._checkpoint_s = 0.0
         diverged = runrecords.diverged(metrics)
         if diverged:
             self._diverged(int(epoch), diverged)
@@ -378,6 +405,18 @@ class Session(ABC):
                 if not checkpointed:
                     self._checkpoint(Position(epoch), model, optimizer, stateful)
                 self._end(decision.ending, decision.reason)
+
+    def _timing(self) -> dict:
+        """What the segment of time since the previous metrics row (or the group's start) held besides training:
+        raytrain.rundir.goodput's input, a few numbers per epoch."""
+        return {"time": round(time.time(), 3), "data_s": round(self._data_s, 3), "val_s": round(self._val_s, 3),
+                "checkpoint_s": round(self._checkpoint_s, 3)}
+
+    def trained(self) -> None:
+        """The loop returned and its last checkpoint committed: rank 0 marks the moment (a `trained` event with the
+        checkpoint seconds since the last row), so that goodput tells the last checkpoint from the attempt's end."""
+        if self.is_rank_zero:
+            self.records.append_event("trained", checkpoint_s=round(self._checkpoint_s, 3), attempt=self.records.token)
 
     def _diverged(self, epoch: int, names: list[str]) -> None:
         """A loss that is NaN or infinite: the weights are past saving, so no checkpoint of this epoch is written
@@ -404,6 +443,7 @@ class Session(ABC):
     def _checkpoint(self, position: Position, model: "nn.Module", optimizer: Any, stateful: dict) -> None:
         """Every worker at the same step: the single-file checkpointer's rank 0 writes; the sharded one's every
         worker writes its shards (asynchronously unless run.async_checkpoint is false)."""
+        began = time.perf_counter()
         config = self.config.to_dict()
         if self.sharded:
             self.checkpointer.save(position, model, optimizer, lambda: self._small_state(position, stateful),
@@ -414,6 +454,7 @@ class Session(ABC):
         else:
             self.checkpointer.save(position, lambda: self._state(position, model, optimizer, stateful),
                                    writer=self.is_rank_zero, config=config)
+        self._checkpoint_s += time.perf_counter() - began  # what the loop waited for (an async save: its start)
         if self._steps is not None:
             self._steps.checkpointed()
         self._checkpointed()
@@ -422,7 +463,9 @@ class Session(ABC):
         """The checkpoint in flight (the sharded checkpointer's asynchronous write) committed, or its failure raised:
         the entry calls this when the loop ends or the attempt stops."""
         if self.sharded:
+            began = time.perf_counter()
             self.checkpointer.wait()
+            self._checkpoint_s += time.perf_counter() - began
 
     def _small_state(self, position: Position, stateful: dict) -> dict:
         return {"epoch": position.epoch, "step": position.step, "config": self.config.to_dict(),

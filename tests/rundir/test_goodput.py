@@ -1,0 +1,166 @@
+"""raytrain.rundir.goodput: a run's wall time split into productive training and badput by cause, over
+hand-written records (times in seconds from 0): one clean attempt, a worker group restarted within an attempt, a
+driver killed without a result then resumed, a resize, a start that failed, a running attempt, a timing that
+exceeds its segment, rows written before `timing`, and none at all; damaged files read from a directory. The
+records' writers: tests/worker/test_session.py; `raytrain report`'s table: tests/driver/test_report.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from raytrain.rundir import goodput, layout
+
+
+def row(epoch: int, t: float, data: float = 0.0, val: float = 0.0, ckpt: float = 0.0, attempt: int = 1) -> dict:
+    return {"epoch": epoch, "train_loss": 1.0, "attempt": attempt,
+            "timing": {"time": t, "data_s": data, "val_s": val, "checkpoint_s": ckpt}}
+
+
+def event(name: str, t: float, **fields) -> dict:
+    return {"event": name, "time": t, **fields}
+
+
+def result(attempt: int, t: float, duration: float, status: str = "succeeded") -> dict:
+    return {"attempt": attempt, "time": t, "duration_s": duration, "status": status}
+
+
+NOTHING = {"training": 0.0}
+
+CASES = {
+    "one clean attempt": (
+        dict(claims={1: 0.0}, results=[result(1, 55, 55)],
+             events=[event("start", 10, attempt=1), event("trained", 53, checkpoint_s=1, attempt=1)],
+             rows=[row(1, 30, data=1, val=2), row(2, 50, data=1, val=2, ckpt=3)], epochs=2),
+        {"startup": 10, "training": 31, "data": 2, "evaluation": 4, "checkpoint": 4, "stopping": 4},
+        {1: {"startup": 10, "training": 31, "data": 2, "evaluation": 4, "checkpoint": 4, "stopping": 4}},
+        {"epochs_done": 2, "percent": 100.0, "time_left_s": 0.0}),
+    # A worker killed: Ray Train restarts the group, which drops the row it trains again (epoch 3, written at 70).
+    "a worker group restarted": (
+        dict(claims={1: 0.0}, results=[result(1, 120, 120)],
+             events=[event("start", 10, attempt=1), event("restored", 94, restore_s=4),
+                     event("rows_dropped", 94.5, epoch=2, step=0, rows=1, until=70), event("start", 95, attempt=1),
+                     event("trained", 115, checkpoint_s=0, attempt=1)],
+             rows=[row(1, 30), row(2, 50), row(3, 115)], epochs=3),
+        {"startup": 10, "training": 60, "lost": 20, "recovery": 21, "restore": 4, "stopping": 5},
+        {1: {"startup": 10, "training": 60, "lost": 20, "recovery": 21, "restore": 4, "stopping": 5}},
+        {"epochs_done": 3, "percent": 100.0}),
+    # The driver SIGKILLed after epoch 3's row (at 65; its checkpoint never landed): no result. The rerun's driver
+    # drops that row; lease.json names the rerun.
+    "a killed attempt, resumed": (
+        dict(claims={1: 0.0, 2: 100.0}, results=[result(2, 152, 52)],
+             events=[event("start", 5, attempt=1), event("rows_dropped", 101, epoch=2, step=0, rows=1, until=65),
+                     event("restored", 109, restore_s=3), event("start", 110, attempt=2),
+                     event("trained", 150, checkpoint_s=0, attempt=2)],
+             rows=[row(1, 25), row(2, 45), row(3, 130, attempt=2), row(4, 150, attempt=2)],
+             lease={"token": 2, "renewed": 152, "ttl_s": 30, "released": True}, epochs=4),
+        {"startup": 12, "training": 80, "lost": 20, "recovery": 35, "restore": 3, "stopping": 2},
+        {1: {"startup": 5, "training": 40, "lost": 20}, 2: {"startup": 7, "restore": 3, "training": 40, "stopping": 2}},
+        {"epochs_done": 4, "percent": 100.0}),
+    # Its lease renewed at 70 after its last record (45), then the driver died: the tail is progress lost.
+    "a killed attempt, last seen by its lease": (
+        dict(claims={1: 0.0}, results=[], events=[event("start", 5, attempt=1)], rows=[row(1, 25), row(2, 45)],
+             lease={"token": 1, "renewed": 70, "ttl_s": 30}, epochs=4, now=1000),
+        {"startup": 5, "training": 40, "lost": 25},
+        {1: {"startup": 5, "training": 40, "lost": 25}},
+        {"epochs_done": 2, "percent": 50.0, "time_left_s": 40.0}),
+    "an elastic resize": (
+        dict(claims={1: 0.0}, results=[result(1, 66, 66)],
+             events=[event("start", 10, attempt=1, world_size=2), event("resizing", 31, workers=3),
+                     event("restored", 43.5, restore_s=2), event("resize", 43.8, previous=2, workers=3),
+                     event("start", 44, attempt=1, world_size=3)],
+             rows=[row(1, 30), row(2, 64)], epochs=2),
+        {"startup": 10, "training": 40, "resize": 12, "restore": 2, "stopping": 2}, None, {"epochs_done": 2}),
+    "a start that failed before any worker group": (
+        dict(claims={1: 0.0}, results=[result(1, 8, 8, "failed")], events=[], rows=[], epochs=5),
+        {"startup": 8}, {1: {"startup": 8}}, {"epochs_done": 0, "percent": 0.0, "time_left_s": None}),
+    "a rerun after a stop waits between attempts": (
+        dict(claims={1: 0.0, 2: 50.0}, results=[result(1, 20, 20, "stopped"), result(2, 70, 20)],
+             events=[event("start", 5, attempt=1), event("start", 55, attempt=2)],
+             rows=[row(1, 15), row(2, 65, attempt=2)], epochs=2),
+        {"startup": 10, "training": 20, "stopping": 10, "waiting": 30}, None, {"epochs_done": 2}),
+    # A finished run started again writes no result (the one that trained stands): a clean end all the same.
+    "a finished run started again": (
+        dict(claims={1: 0.0, 2: 40.0}, results=[result(1, 30, 30)],
+             events=[event("start", 5, attempt=1), event("nothing_to_train", 41, attempt=2, epoch=1)],
+             rows=[row(1, 25)], lease={"token": 2, "renewed": 41.5, "ttl_s": 30, "released": True}, epochs=1),
+        {"startup": 6.5, "training": 20, "stopping": 5, "waiting": 10},
+        {1: {"startup": 5, "training": 20, "stopping": 5}, 2: {"startup": 1.5}}, {"epochs_done": 1}),
+    "an attempt running now": (
+        dict(claims={1: 0.0}, results=[], events=[event("start", 4, attempt=1)], rows=[row(1, 14)],
+             lease={"token": 1, "renewed": 18, "ttl_s": 30}, epochs=3, now=20),
+        {"startup": 4, "training": 16}, {1: {"startup": 4, "training": 16}},
+        {"epochs_done": 1, "percent": 33.3, "time_left_s": 20.0}),
+    "a timing larger than its segment is clamped": (
+        dict(claims={1: 0.0}, results=[result(1, 25, 25)], events=[event("start", 10, attempt=1)],
+             rows=[row(1, 20, data=50, val=50)], epochs=1),
+        {"startup": 10, "data": 10, "stopping": 5}, None, {"epochs_done": 1}),
+    "rows written before timing": (
+        dict(claims={1: 0.0}, results=[result(1, 30, 30)], events=[event("start", 5, attempt=1)],
+             rows=[{"epoch": 1, "train_loss": 1.0, "attempt": 1}], epochs=1),
+        {"startup": 5, "other": 25}, None, {"epochs_done": 1}),
+    "no records yet": (
+        dict(claims={}, results=[], events=[], rows=[], epochs=3),
+        NOTHING, {}, {"epochs_done": 0, "percent": 0.0, "time_left_s": None}),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_causes_sum_to_the_wall_time(name: str) -> None:
+    given, expected, per_attempt, progress = CASES[name]
+    given = {"lease": {}, **given}
+    found = goodput.compute(**given)
+    assert {c: round(s, 6) for c, s in found.seconds.items() if s} == {c: s for c, s in expected.items() if s}
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s)
+    for attempt in found.attempts:
+        assert sum(attempt.seconds.values()) == pytest.approx(attempt.wall_s), attempt
+    if per_attempt is not None:
+        assert {a.attempt: {c: round(s, 6) for c, s in a.seconds.items() if s} for a in found.attempts} == per_attempt
+    assert {k: found.progress[k] for k in progress} == progress
+    assert json.loads(json.dumps(found.to_dict()))["wall_s"] == round(found.wall_s, 3)
+
+
+def test_the_table_names_each_cause_that_took_time() -> None:
+    given, *_ = CASES["a killed attempt, resumed"]
+    lines = goodput.table(goodput.compute(**{"lease": {}, **given}))
+    assert lines[0] == "goodput 52.6% of 2m32s"
+    text = "\n".join(lines)
+    for label in ("productive training", "progress lost (trained again)", "recovery (failure to restart)",
+                  "checkpoint restore", "attempt 1", "attempt 2: succeeded", "attempt 1: no result"):
+        assert label in text
+    assert "data wait" not in text  # no time: not shown
+    assert "progress: epoch 4/4 (100%), done" in text
+    assert goodput.table(goodput.compute(claims={}, results=[], events=[], rows=[], lease={})) == [
+        "goodput: no records with times yet (the run has not started an attempt)"]
+
+
+def test_damaged_records_are_named_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / layout.CLAIMS_DIR).mkdir()
+    (tmp_path / layout.CLAIMS_DIR / "1.json").write_text('{"since": 100.0}')
+    (tmp_path / layout.CLAIMS_DIR / "2.json").write_text("not json")
+    (tmp_path / layout.CLAIMS_DIR / "x.json").write_text('{"since": 1}')
+    (tmp_path / layout.EVENTS_FILE).write_bytes(
+        b'{"event": "start", "time": 105.0, "attempt": 1}\n[1, 2]\n\xff\xfe\n'
+        b'{"event": "restored", "time": "soon", "restore_s": 3}\n{"event": "rows_dropped", "time": 106, "until": "x"}\n')
+    (tmp_path / layout.METRICS_FILE).write_text(
+        json.dumps(row(1, 120.0, data="much")) + "\n{broken\n" + json.dumps({"epoch": "two", "timing": 5}) + "\n"
+        + json.dumps({"epoch": 3, "timing": {"time": None}}) + "\n"
+        + '{"epoch": 3, "timing": {"time": Infinity, "val_s": NaN}}\n' + json.dumps(row(2, 120.0)) + "\n")
+    (tmp_path / layout.RESULTS_HISTORY_FILE).write_text('{"attempt": 1, "time": "late"}\n' + json.dumps(
+        result(1, 130.0, 30.0)) + "\n")
+    (tmp_path / layout.RESULT_FILE).write_text("{")
+    (tmp_path / layout.LEASE_FILE).write_text("[]")
+    found = goodput.read(tmp_path, epochs=4)
+    assert found.wall_s == pytest.approx(30.0)
+    assert {c: s for c, s in found.seconds.items() if s} == pytest.approx(
+        {"startup": 5.0, "training": 15.0, "stopping": 10.0})
+    assert len(found.notes) == 3 and all(str(tmp_path) in note and "line" in note for note in found.notes), found.notes
+    assert found.progress["epochs_done"] == 3
+
+
+def test_an_empty_or_missing_directory_has_no_time(tmp_path: Path) -> None:
+    for path in (tmp_path, tmp_path / "missing"):
+        found = goodput.read(path)
+        assert (found.wall_s, found.attempts, found.goodput) == (0.0, [], None)
