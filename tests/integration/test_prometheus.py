@@ -38,6 +38,7 @@ RAYTRAIN = str(Path(sys.executable).parent / "raytrain")
 SCRAPE_S = 1
 EPOCHS = 6
 RUN = "prom-digits"
+RESUMED = "prom-resume"
 # Grafana's $__rate_interval at a 1 s scrape interval: max(4 x scrape interval, $__interval + scrape interval).
 RATE_INTERVAL = f"{4 * SCRAPE_S}s"
 
@@ -65,21 +66,33 @@ def wait_for(what: str, check, timeout: float, proc: subprocess.Popen | None = N
     pytest.fail(f"{what}: not ready after {timeout:.0f}s" + (f": {log.read_text()[-3000:]}" if log else ""))
 
 
+def run_digits(ray_head, storage: Path, name: str, *options: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head.address, "--storage", str(storage),
+                           "--name", name, *options], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc
+
+
 @pytest.fixture(scope="module")
-def prometheus(ray_head, tmp_path_factory):
+def first_attempt(ray_head, tmp_path_factory) -> Path:
+    """The storage of RESUMED's first attempt (2 epochs, a checkpoint each), run before Prometheus scrapes.
+
+    It also shows the node's metrics agent every metric name (raytrain's and Ray's for this workload) before any
+    scrape: Ray 2.55's agent deadlocks for good when a name it has not seen arrives while a scrape collects
+    (ray-project/ray#64946, fixed in Ray 2.57: the registration takes the recorder's lock, then the OpenTelemetry
+    SDK's; the scrape the other way round), which a scrape every second makes likely. Seen in CI: the agent's
+    endpoint answered for 18 s and never again (docs/guides/monitoring.md says what a user can do)."""
+    storage = tmp_path_factory.mktemp("resumed")
+    run_digits(ray_head, storage, RESUMED, "--set", "train.epochs=2", "--set", "run.checkpoint_every=1")
+    return storage
+
+
+@pytest.fixture(scope="module")
+def prometheus(ray_head, first_attempt, tmp_path_factory):
     binary = require_tool("prometheus")
     discovery = ray_head.temp_dir / "prom_metrics_service_discovery.json"
     wait_for(f"Ray's service-discovery file {discovery}", discovery.is_file, timeout=60)
     work = tmp_path_factory.mktemp("prometheus")
-    # Ray 2.55's metrics agent deadlocks for good when a metric name it has not seen arrives while a scrape collects
-    # (ray-project/ray#64946, fixed in Ray 2.57: the registration takes the recorder's lock, then the OpenTelemetry
-    # SDK's; the scrape the other way round). A scrape every second makes that likely, so a one-epoch run of the same
-    # workload first shows the agent every name (raytrain's and Ray's) before Prometheus scrapes it: seen in CI, the
-    # endpoint answered for 18 s and then never again (docs/guides/monitoring.md says what a user can do).
-    warm = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head.address, "--storage", str(work / "runs"),
-                           "--name", "prom-warmup", "--set", "train.epochs=1", "--set", "run.checkpoint_every=1"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
     config = work / "prometheus.yml"
     config.write_text(json.dumps({  # JSON is YAML
         "global": {"scrape_interval": f"{SCRAPE_S}s", "evaluation_interval": f"{SCRAPE_S}s"},
@@ -110,11 +123,8 @@ def trained(ray_head, prometheus, tmp_path_factory):
     """A short digits run on the Ray node, console lines in JSON; returns (run dir, stdout, stderr, start, end)."""
     storage = tmp_path_factory.mktemp("runs")
     began = time.time()
-    proc = subprocess.run(
-        [RAYTRAIN, "run", "digits", "--address", ray_head.address, "--storage", str(storage), "--name", RUN,
-         "--set", f"train.epochs={EPOCHS}", "--set", "run.checkpoint_every=2", "--log-format", "json"],
-        capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    proc = run_digits(ray_head, storage, RUN, "--set", f"train.epochs={EPOCHS}", "--set", "run.checkpoint_every=2",
+                      "--log-format", "json")
     time.sleep(3 * SCRAPE_S)  # the last values reach Prometheus
     # On a loaded machine Ray's metrics agent exports late: wait until the run's series are there (a run whose
     # metrics never arrive still fails, in the test that asks for them).
@@ -219,15 +229,11 @@ def test_json_console_lines_parse_one_by_one(trained):
             assert not line.startswith("raytrain:"), line
 
 
-def test_a_resumed_run_reports_its_restart_and_resume(ray_head, prometheus, tmp_path):
+def test_a_resumed_run_reports_its_restart_and_resume(ray_head, first_attempt, prometheus):
     """The same run invoked again (a RayJob retried) resumes from its checkpoint: restarts 1, resumes 1."""
-    name = "prom-resume"
+    name, tmp_path = RESUMED, first_attempt
     began = time.time()
-    for epochs in (2, 3):
-        proc = subprocess.run([RAYTRAIN, "run", "digits", "--address", ray_head.address, "--storage", str(tmp_path),
-                               "--name", name, "--set", f"train.epochs={epochs}", "--set", "run.checkpoint_every=1"],
-                              capture_output=True, text=True, timeout=300, cwd=REPO)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_digits(ray_head, tmp_path, name, "--set", "train.epochs=3", "--set", "run.checkpoint_every=1")
     assert "resuming after epoch 2" in proc.stdout
     time.sleep(3 * SCRAPE_S)
     arrived(prometheus, f'ray_raytrain_resumes{{run="{name}"}}', began)
