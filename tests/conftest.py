@@ -43,8 +43,14 @@ def _s3_process():
 def s3_server(_s3_process, monkeypatch):
     """The session's server, its endpoint and keys in the environment for this test only (and the processes it
     starts), as AWS_ENDPOINT_URL points users' clients at MinIO."""
+    import s3fs
+
     for key, value in _s3_process.env.items():
         monkeypatch.setenv(key, value)
+    # s3fs caches a filesystem per thread ident (reused by later threads) with the credentials it met when it first
+    # connected: one made between two tests, with these variables gone, failed every later S3 test of a CI run
+    # (NoCredentialsError). Each test's clients start from its own environment.
+    s3fs.S3FileSystem.clear_instance_cache()
     return _s3_process
 
 
