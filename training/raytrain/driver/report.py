@@ -148,11 +148,7 @@ def load_tune(tune_file: Path) -> list[RunData]:
 
 
 def _fmt_duration(seconds: Optional[float]) -> str:
-    if seconds is None:
-        return "unknown"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+    return "unknown" if seconds is None else goodput.duration_text(seconds)
 
 
 def component_name(section: dict, name: str) -> str:

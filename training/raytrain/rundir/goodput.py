@@ -349,12 +349,11 @@ def _progress(rows: list[dict], segments: list[float], newest: Optional[Attempt]
 # showing
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
+def duration_text(seconds: float) -> str:
+    """12.3s, 4m05s, 1h02m03s: how the report and its goodput table write a duration."""
     minutes, secs = divmod(int(round(seconds)), 60)
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
 MAX_ATTEMPT_COLUMNS = 6  # more attempts: the newest ones, the run's column still sums them all
@@ -367,7 +366,7 @@ def table(result: Goodput) -> list[str]:
         return ["goodput: no records with times yet (the run has not started an attempt)"]
     fraction = result.goodput
     shown = result.attempts[-MAX_ATTEMPT_COLUMNS:]
-    lines = [f"goodput {fraction * 100:.1f}% of {_duration(result.wall_s)}" if fraction is not None else
+    lines = [f"goodput {fraction * 100:.1f}% of {duration_text(result.wall_s)}" if fraction is not None else
              "goodput: no time yet",
              f"  {'':32}{'run':>10}{'share':>8}" + "".join(f"{f'attempt {a.attempt}':>12}" for a in shown)]
     for cause in CAUSES:
@@ -375,14 +374,14 @@ def table(result: Goodput) -> list[str]:
         if cause != "training" and seconds < 0.05 and not any(a.seconds.get(cause, 0.0) >= 0.05 for a in shown):
             continue
         share = f"{seconds / result.wall_s * 100:.1f}%" if result.wall_s > 0 else "-"
-        lines.append(f"  {LABELS[cause]:32}{_duration(seconds):>10}{share:>8}" +
-                     "".join(f"{_duration(a.seconds.get(cause, 0.0)):>12}" for a in shown))
-    lines.append(f"  {'wall time':32}{_duration(result.wall_s):>10}{'100%':>8}" +
-                 "".join(f"{_duration(a.wall_s):>12}" for a in shown))
+        lines.append(f"  {LABELS[cause]:32}{duration_text(seconds):>10}{share:>8}" +
+                     "".join(f"{duration_text(a.seconds.get(cause, 0.0)):>12}" for a in shown))
+    lines.append(f"  {'wall time':32}{duration_text(result.wall_s):>10}{'100%':>8}" +
+                 "".join(f"{duration_text(a.wall_s):>12}" for a in shown))
     lines.append("  " + "  ".join(f"attempt {a.attempt}: {a.status}" for a in shown))
     progress = result.progress
     if progress["epochs"]:
         left = progress["time_left_s"]
         lines.append(f"  progress: epoch {progress['epochs_done']}/{progress['epochs']} ({progress['percent']:.0f}%)"
-                     + ("" if left is None else ", done" if left == 0 else f", about {_duration(left)} left"))
+                     + ("" if left is None else ", done" if left == 0 else f", about {duration_text(left)} left"))
     return lines
