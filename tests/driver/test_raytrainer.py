@@ -57,7 +57,7 @@ def test_progress_prints_what_rank_0_printed_before_the_rows_of_the_same_poll(tm
     progress.poll()  # nothing new: nothing printed twice
     progress.final = True
     progress.poll()
-    assert out.getvalue().splitlines() == ["loading data", "epoch 1 done", "epoch 1/2  train_loss 0.5000", "hal"]
+    assert out.getvalue().splitlines() == ["loading data", "epoch 1 done", "epoch 1/2  train_loss 0.5000  (50%)", "hal"]
 
     console.configure("json", run="r")
     try:

@@ -69,3 +69,9 @@ def test_an_mlflow_run_created_just_before_a_kill_is_found_again_and_asked_what_
     assert [r.info.run_id for r in client.search_runs([experiment])] == [made]
     assert client.get_run(made).data.params == {"train.lr": "0.01"}
     assert sorted(client.get_run(made).data.metrics) == ["epoch", "train_loss"]  # an invalid name is not sent
+    # Each attempt's end logs the run's goodput so far at the attempt's step: the newest is the run's, the
+    # history says how it went
+    again.summarize({"goodput": 0.5, "goodput/training_s": 10.0}, 1)
+    again.summarize({"goodput": 0.75, "goodput/training_s": 30.0}, 2)
+    assert client.get_run(made).data.metrics["goodput"] == 0.75
+    assert [(m.step, m.value) for m in client.get_metric_history(made, "goodput/training_s")] == [(1, 10.0), (2, 30.0)]

@@ -42,7 +42,7 @@ class FakeTracker:
         self.points: dict[int, dict] = dict(holds or {})
         self.sends: list[list[int]] = []
         self.down, self.slow_s = down, slow_s
-        self.checkpoint, self.closed = None, None
+        self.checkpoint, self.closed, self.summary = None, None, None
 
     def open(self, state, save):
         if self.down:
@@ -65,6 +65,9 @@ class FakeTracker:
 
     def reference(self, checkpoint, position):
         self.checkpoint = (checkpoint.name, position.epoch)
+
+    def summarize(self, summary, attempt):
+        self.summary = (summary, attempt)
 
     def close(self, status):
         self.closed = status
@@ -145,6 +148,27 @@ def test_a_stopped_attempt_sends_only_final_rows_at_its_end(tmp_path):
     tracker = FakeTracker()
     syncer(tmp_path, tracker).finish(Ending.STOPPED.value)
     assert tracker.sends == [[1, 2]] and tracker.closed == "stopped"
+
+
+def test_an_attempts_end_sends_the_runs_goodput_by_cause_before_closing(tmp_path):
+    """Issue 38: the tracker gets what `raytrain report` shows, as of the attempt's end: the fraction, and every
+    cause's seconds, which sum to the wall time; at the attempt's step."""
+    from raytrain.rundir import goodput
+
+    records = runrecords.Records(tmp_path, Fence())
+    began = time.time() - 3
+    records.append_event("start", epoch=1, attempt=Fence.token, time=began)
+    for epoch in (1, 2):
+        records.append_metrics({"epoch": epoch, "train_loss": 1.0, "timing": {
+            "time": began + epoch, "data_s": 0.25, "val_s": 0.1, "checkpoint_s": 0.0}})
+    tracker = FakeTracker()
+    syncer(tmp_path, tracker).finish(Ending.SUCCEEDED.value)
+    summary, attempt = tracker.summary
+    assert attempt == Fence.token and tracker.closed == "succeeded"
+    assert set(summary) == {"goodput", "goodput/wall_s", *(f"goodput/{cause}_s" for cause in goodput.CAUSES)}
+    assert sum(summary[f"goodput/{cause}_s"] for cause in goodput.CAUSES) == pytest.approx(summary["goodput/wall_s"],
+                                                                                          abs=0.01)
+    assert summary["goodput/data_s"] == pytest.approx(0.5) and 0 < summary["goodput"] < 1
 
 
 # ---------------------------------------------------------------------------------------------- tracker trouble

@@ -27,6 +27,7 @@ import pytest
 
 from raytrain.cluster.raynode import free_port
 from raytrain.platform.processes import kill_pids
+from raytrain.rundir import goodput
 from tests.support.tools import require_tool
 
 # One xdist worker runs the module's tests: its Prometheus and its trained run are module fixtures, started once.
@@ -202,6 +203,11 @@ def test_every_dashboard_panel_has_data_for_a_run_on_a_real_ray_node(prometheus,
     assert last("ray_raytrain_train_loss") == pytest.approx(rows[-1]["train_loss"])
     assert last("ray_raytrain_val_accuracy") == pytest.approx(rows[-1]["val_accuracy"])
     assert last("ray_raytrain_restarts") == 0 and last("ray_raytrain_resumes") == 0
+    # The run's goodput as of its last epoch: all done, a share of the time trained, every cause exported
+    assert last("ray_raytrain_progress_percent") == 100 and last("ray_raytrain_time_left_seconds") == 0
+    assert 0 < last("ray_raytrain_goodput_ratio") <= 1
+    causes = range_query(prometheus, f'ray_raytrain_goodput_seconds{{run="{RUN}"}}', began, ended)
+    assert {s["metric"]["cause"] for s in causes} == set(goodput.CAUSES)
     # Set once at the start, yet in (nearly) every scrape while the run trains: the values are kept alive.
     [series] = range_query(prometheus, f'ray_raytrain_restarts{{run="{RUN}"}}', began, ended)
     assert len(series["values"]) >= 5, series["values"]

@@ -84,6 +84,11 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
     assert found.attempts[0].seconds["lost"] == pytest.approx(found.seconds["lost"])
     assert 0 < found.attempts[2].seconds["restore"] < 10 and found.seconds["other"] == 0, found.seconds
     assert found.seconds["training"] > found.seconds["lost"] and found.seconds["waiting"] > 0, found.seconds
+    # Each trained attempt's start-up by phase, from the driver's launch mark and rank 0's session start: each took
+    # time on a real Ray, and they sum to the start-up
+    for attempt in (found.attempts[0], found.attempts[2]):
+        assert all(seconds > 0 for seconds in attempt.startup.values()), attempt.startup
+        assert sum(attempt.startup.values()) == pytest.approx(attempt.seconds["startup"]), attempt
 
 
 def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):

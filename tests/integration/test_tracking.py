@@ -22,6 +22,7 @@ import yaml
 from raytrain.checkpoint import checkpoints
 from raytrain.cluster import localcluster
 from raytrain.cluster.raynode import free_port
+from raytrain.rundir import goodput
 from tests.support import checks
 from tests.support.trackers import (expected_history, mlflow_history, mlflow_runs, mlflow_server, wandb_history,
                                     wandb_offline_runs)
@@ -87,7 +88,15 @@ def assert_one_run_equal_to_metrics(uri: str, experiment: str, run_dir: Path):
     found = mlflow_runs(uri, experiment)
     assert len(found) == 1, [r.info.run_id for r in found]
     run = found[0]
-    assert mlflow_history(uri, run.info.run_id) == expected_history(run_dir / "metrics.jsonl")
+    history = mlflow_history(uri, run.info.run_id)
+    # Besides the rows: the run's goodput at each attempt's end that closed the tracker run (step = the attempt)
+    logged = {key: history.pop(key) for key in list(history) if key == "goodput" or key.startswith("goodput/")}
+    assert history == expected_history(run_dir / "metrics.jsonl")
+    assert set(logged) == {"goodput", "goodput/wall_s", *(f"goodput/{cause}_s" for cause in goodput.CAUSES)}, logged
+    newest = {key: points[-1][1] for key, points in logged.items()}
+    assert 0 < newest["goodput"] <= 1 and newest["goodput/training_s"] > 0, newest
+    assert sum(newest[f"goodput/{cause}_s"] for cause in goodput.CAUSES) == pytest.approx(newest["goodput/wall_s"],
+                                                                                          abs=0.05)
     state = json.loads((run_dir / "tracking.json").read_text())
     assert state["mlflow"]["run_id"] == run.info.run_id
     return run

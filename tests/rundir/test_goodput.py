@@ -136,6 +136,44 @@ def test_the_table_names_each_cause_that_took_time() -> None:
         "goodput: no records with times yet (the run has not started an attempt)"]
 
 
+@pytest.mark.parametrize("events, results, phases", [
+    # The driver's launch at 3 (Ray up, the cluster sized), rank 0's session at 6, the restore (1 s) ending at 10
+    ([event("launch", 3, attempt=1), event("restored", 10, restore_s=1), event("start", 10, attempt=1, began=6)],
+     [result(1, 12, 12)], {"launch": 3, "workers": 3, "setup": 3}),
+    # No launch mark (a local run, or records from before it): that phase counts in the next
+    ([event("start", 10, attempt=1, began=6)], [result(1, 12, 12)], {"launch": 0, "workers": 6, "setup": 4}),
+    # Neither mark: all of it is the last phase's
+    ([event("start", 10, attempt=1)], [result(1, 12, 12)], {"launch": 0, "workers": 0, "setup": 10}),
+    # rank 0's clock behind the driver's (another node): clamped into order, never negative
+    ([event("launch", 3, attempt=1), event("start", 10, attempt=1, began=2)], [result(1, 12, 12)],
+     {"launch": 3, "workers": 0, "setup": 7}),
+    # Launched, and the worker group never came (no resources): the rest is the worker group's
+    ([event("launch", 4, attempt=1)], [result(1, 20, 20, status="failed")], {"launch": 4, "workers": 16, "setup": 0}),
+    # Failed before the launch (Ray did not start): all launch
+    ([], [result(1, 20, 20, status="failed")], {"launch": 20, "workers": 0, "setup": 0}),
+])
+def test_start_up_is_split_by_phase_and_the_phases_sum_to_it(events: list, results: list, phases: dict) -> None:
+    found = goodput.compute(claims={1: 0.0}, results=results, events=events, rows=[], lease={})
+    [attempt] = found.attempts
+    assert {k: round(v, 6) for k, v in attempt.startup.items()} == phases
+    assert sum(attempt.startup.values()) == pytest.approx(attempt.seconds["startup"])
+    assert found.startup == attempt.startup
+    assert json.loads(json.dumps(found.to_dict()))["attempts"][0]["startup"] == phases
+    text = "\n".join(goodput.table(found))
+    assert "    worker group" in text and "    data and model" in text
+
+
+@pytest.mark.parametrize("progress, text", [
+    ({"epochs_done": 3, "epochs": 10, "percent": 30.0, "time_left_s": 65.0}, "(30%), about 1m05s left"),
+    ({"epochs_done": 10, "epochs": 10, "percent": 100.0, "time_left_s": 0.0}, "(100%), done"),
+    ({"epochs_done": 0, "epochs": 10, "percent": 0.0, "time_left_s": None}, "(0%)"),  # no pace yet
+    ({"epochs_done": 3, "epochs": None, "percent": None, "time_left_s": None}, ""),  # no train.epochs
+    ({}, ""),
+])
+def test_progress_text_is_what_the_console_and_the_table_write(progress: dict, text: str) -> None:
+    assert goodput.progress_text(progress) == text
+
+
 def test_damaged_records_are_named_and_skipped(tmp_path: Path) -> None:
     (tmp_path / layout.CLAIMS_DIR).mkdir()
     (tmp_path / layout.CLAIMS_DIR / "1.json").write_text('{"since": 100.0}')

@@ -3,7 +3,10 @@ tests/integration/test_prometheus.py), and the checkpoint time it starts from.""
 
 import json
 import re
+import time
 from pathlib import Path
+
+import pytest
 
 from raytrain.checkpoint import checkpoints
 from raytrain.worker.telemetry import COUNTERS, GAUGES, RunTelemetry, checkpoint_time, exported_names
@@ -30,7 +33,8 @@ def test_dashboard_queries_only_metrics_that_raytrain_exports_and_shows_every_on
 def test_exported_names_follow_rays_prefix_and_counter_suffix():
     assert "ray_raytrain_train_loss" in exported_names()
     assert "ray_raytrain_steps_total" in exported_names()
-    assert len(exported_names()) == len(GAUGES) + len(COUNTERS)
+    assert len(exported_names()) == len(GAUGES) + len(COUNTERS) + 1  # the goodput by cause
+    assert "ray_raytrain_goodput_seconds" in exported_names()
 
 
 def test_checkpoint_time_is_that_of_the_newest_complete_checkpoint(tmp_path):
@@ -47,3 +51,33 @@ def test_calls_outside_a_ray_worker_do_not_fail(tmp_path):
     telemetry.epoch_end({"epoch": 1, "train_loss": 0.5, "samples_per_s": 10.0, "val_loss": 0.4}, 0, 0.0)
     telemetry.epoch_end({"epoch": 2, "train_loss": 0.4, "samples_per_s": 10.0}, 100, 1.0)
     telemetry.checkpointed()
+
+
+def test_rank_0_exports_the_runs_goodput_by_cause_and_its_progress_from_the_records(tmp_path):
+    """What the dashboard's goodput panels show is goodput.read of the run's records: every cause (they sum to the
+    wall time), the ratio, the percent done and the time left; a run directory that cannot be read exports nothing
+    and raises nothing (the next epoch tries again)."""
+    from raytrain.rundir import goodput, runrecords
+
+    records = runrecords.Records(tmp_path)
+    records.append_event("start", attempt=1, epoch=1)
+    for epoch in (1, 2):
+        records.append_metrics({"epoch": epoch, "train_loss": 0.5, "attempt": 1,
+                                "timing": {"time": time.time(), "data_s": 0.01, "val_s": 0.02,
+                                           "checkpoint_s": 0.0}})
+    telemetry = RunTelemetry("r", 0, 32, epochs=4)
+    telemetry.started(tmp_path, 1)
+    telemetry.epoch_end({"epoch": 2, "train_loss": 0.5}, 0, 0.0)
+    telemetry._export_goodput()
+    values = {(name, dict(tags).get("cause")): value for (name, tags), (value, _) in telemetry._last.items()}
+    expected = goodput.read(tmp_path, 4)
+    by_cause = {cause: values[("raytrain_goodput_seconds", cause)] for cause in goodput.CAUSES}
+    assert sum(by_cause.values()) == pytest.approx(sum(expected.seconds.values()), abs=0.5)
+    assert values[("raytrain_progress_percent", None)] == 50.0
+    assert values[("raytrain_goodput_ratio", None)] == pytest.approx(expected.goodput, abs=0.05)
+    assert ("raytrain_time_left_seconds", None) in values
+
+    broken = RunTelemetry("b", 0, 32, epochs=4)
+    broken.run_dir = tmp_path / "missing" / "\x00"
+    broken._export_goodput()
+    assert not any(name.startswith("raytrain_goodput") for name, _ in broken._last)

@@ -6,7 +6,7 @@ environment. torch is imported when it runs.
 The loss is summed on the device and read once per epoch (and once per `run.log_every_steps` steps when asked):
 no host sync per step. What a resume may change is declared on train_loop (raytrain.checkpoint.resume).
 
-May import: errors, spec, worker
+May import: errors, rundir, spec, worker
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from raytrain.rundir import console, goodput
 from raytrain.spec import components
 from raytrain.spec.sections import RunConfig
 from raytrain.worker.session import Session
@@ -252,7 +253,8 @@ def metrics_row(train: EpochStats, val: Optional[EpochStats], seconds: float, cl
     return row
 
 
-def format_row(row: dict, epochs: int) -> str:
+def format_row(row: dict, epochs: int, progress: str = "") -> str:
+    """An epoch's console line; `progress`: the run's progress as raytrain.rundir.goodput.progress_text writes it."""
     parts = [f"epoch {row['epoch']}/{epochs}" if epochs else f"epoch {row['epoch']}"]
     for key in ("train_loss", "val_loss", "val_accuracy"):
         if isinstance(row.get(key), (int, float)):
@@ -266,7 +268,22 @@ def format_row(row: dict, epochs: int) -> str:
         parts.append(f"{row['samples_per_s']:.0f} samples/s")
     if "peak_rss_mb" in row:
         parts.append(f"peak worker RSS {row['peak_rss_mb']:.0f} MiB")
+    if progress:
+        parts.append(progress)
     return "  ".join(parts)
+
+
+def show_rows(rows: list[dict], run_dir: Any, epochs: int, out: Optional[Any] = None, interactive: bool = False) -> None:
+    """New metrics rows on the driver's console, the newest with the run's progress and time left (goodput's
+    reading of all the run's records: once per call); a bar on an interactive terminal."""
+    if not rows:
+        return
+    progress = goodput.read(run_dir, epochs).progress
+    for row in rows:
+        newest = row is rows[-1]
+        console.epoch(format_row(row, epochs, goodput.progress_text(progress) if newest else ""),
+                      {**row, "progress": progress} if newest else row, out=out,
+                      bar=row["epoch"] / epochs if interactive and epochs else None)
 
 
 def peak_rss_mb(session: Session) -> float:

@@ -16,7 +16,7 @@ from typing import Optional, TextIO
 from raytrain.driver.attempt import STOP_GRACE_S, Attempt, Outcome
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
-from raytrain.loop import format_row
+from raytrain.loop import show_rows
 from raytrain.rundir import console, runrecords, storage, workerlogs
 from raytrain.rundir import lease as leases
 from raytrain.spec import components
@@ -37,7 +37,7 @@ class LocalTrainer:
 
         cfg = self.cfg
         session = LocalSession(cfg, records.run_dir, os.cpu_count() or 1, control=records.control,
-                               on_row=lambda row: console.epoch(format_row(row, cfg.train.epochs), row, out=self.out))
+                               on_row=lambda row: show_rows([row], records.run_dir, cfg.train.epochs, self.out))
         console.info("training", f"local training {cfg.run.name} on {session.device}; run directory "
                      f"{records.run_dir} (attempt {records.token})", out=self.out, run_dir=str(records.run_dir),
                      attempt=records.token)

@@ -25,7 +25,7 @@ from raytrain.checkpoint import checkpoints
 from raytrain.driver import dataprep, runtimeenv, scaleup
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
-from raytrain.loop import format_row
+from raytrain.loop import show_rows
 from raytrain.platform.rayinternals import quiet_ray_thread_warning
 from raytrain.rundir import console, layout, runrecords, storage, workerlogs
 from raytrain.spec import loops
@@ -156,11 +156,9 @@ class Progress(threading.Thread):
                              out=self.out, rank=0, epoch=event["epoch"], step=event.get("step", 0),
                              checkpoint=event["checkpoint"])
         self.events_seen = len(events)
-        for row in runrecords.read_metrics(self.run_dir):
-            if self.key(row) not in self.printed:
-                self.printed.add(self.key(row))
-                console.epoch(format_row(row, self.epochs), row, out=self.out,
-                              bar=row["epoch"] / self.epochs if self.interactive and self.epochs else None)
+        fresh = [row for row in runrecords.read_metrics(self.run_dir) if self.key(row) not in self.printed]
+        self.printed |= {self.key(row) for row in fresh}
+        show_rows(fresh, self.run_dir, self.epochs, self.out, self.interactive)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -300,6 +298,8 @@ class RayTrainer:
         # A Ray Train function's reports count what it says (train.epochs is not its setting): no "of N".
         progress = Progress(run_dir, 0 if loops.is_ray_train_loop(cfg) else cfg.train.epochs, self.out, records.token)
         progress.start()
+        # goodput's start-up phases: the launch (Ray, sizing, the trainer) ends here, the worker group's begins
+        records.append_event("launch", attempt=records.token)
         try:
             trainer.fit()
         except (TrainingFailedError, ControllerError) as err:  # Ray Train gave up; anything else is a bug

@@ -99,6 +99,10 @@ class Tracker(Protocol):
     def reference(self, checkpoint: Path, position: checkpoints.Position) -> None:
         """Name the newest committed checkpoint (its path, never its bytes)."""
 
+    def summarize(self, summary: dict[str, float], attempt: int) -> None:
+        """At an attempt's end, before close: the run's goodput so far (raytrain.driver.tracking.goodput_summary),
+        as of `attempt`'s end (MLflow: metrics at step `attempt`; W&B: the run's summary)."""
+
     def close(self, status: str) -> None:
         """The attempt ended with `status` (succeeded, failed, stopped)."""
 
@@ -211,6 +215,13 @@ class Mlflow:
             RunTag("raytrain.checkpoint", str(checkpoint)), RunTag("raytrain.checkpoint_epoch", str(position.epoch)),
             RunTag("raytrain.checkpoint_step", str(position.step))])
 
+    def summarize(self, summary: dict[str, float], attempt: int) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)  # step: the attempt, so that each attempt's end is a point of the history
+        self._client().log_batch(self.run_id, metrics=[Metric(key, value, stamp, attempt)
+                                                       for key, value in summary.items()])
+
     def close(self, status: str) -> None:
         from mlflow.entities import RunStatus
 
@@ -292,6 +303,9 @@ class Wandb:
     def reference(self, checkpoint: Path, position: checkpoints.Position) -> None:
         self.run.summary.update({"raytrain/checkpoint": str(checkpoint), "raytrain/checkpoint_epoch": position.epoch,
                                  "raytrain/checkpoint_step": position.step})
+
+    def summarize(self, summary: dict[str, float], attempt: int) -> None:
+        self.run.summary.update({**summary, "raytrain/goodput_attempt": attempt})
 
     def close(self, status: str) -> None:
         self.run.finish(exit_code=0 if status == Ending.SUCCEEDED.value else 1)  # writes (or uploads) what it holds

@@ -37,7 +37,7 @@ from raytrain.checkpoint import checkpoints
 from raytrain.driver.trackers import FINAL_SYNC_S, PACKAGES, Mlflow, Tracker, check_installed, make_trackers
 from raytrain.errors import RaytrainError, UsageError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
-from raytrain.rundir import atomicfile, console, layout, runrecords, storage
+from raytrain.rundir import atomicfile, console, goodput, layout, runrecords, storage
 from raytrain.spec.sections import RunConfig
 
 STOP_SYNC_S = 3.0  # the last sync of an attempt that stopped or failed: a stopping pod's grace period is short
@@ -58,6 +58,16 @@ def final_rows(rows: list[dict], newest: Optional[Path], everything: bool) -> li
     else:
         upto = checkpoints.position_of(newest).epoch if newest is not None else 0
     return [by_epoch[epoch] for epoch in sorted(by_epoch) if epoch <= upto]
+
+
+def goodput_summary(run_dir: Path) -> dict[str, float]:
+    """The run's goodput as `raytrain report` shows it, as of now (an attempt's end): `goodput` (the fraction),
+    `goodput/wall_s` and `goodput/<cause>_s` for each cause; {} before any attempt has a time."""
+    found = goodput.read(run_dir)
+    if found.goodput is None:
+        return {}
+    return {"goodput": round(found.goodput, 4), "goodput/wall_s": round(found.wall_s, 3),
+            **{f"goodput/{cause}_s": round(seconds, 3) for cause, seconds in found.seconds.items()}}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -218,11 +228,15 @@ class Syncer:
         progress.down = why
 
     def close_trackers(self, status: str) -> None:
-        """Tell each opened tracker how the attempt ended (MLflow's run status, W&B's exit code)."""
+        """Tell each opened tracker the run's goodput so far and how the attempt ended (MLflow's run status, W&B's
+        exit code)."""
+        summary = goodput_summary(self.run_dir)
         for tracker in self.trackers:
             if self.progress[tracker.name].opened:
                 try:
                     self.records.check()
+                    if summary:
+                        tracker.summarize(summary, self.records.token or 0)
                     tracker.close(status)
                 except AttemptEnded:
                     raise

@@ -5,8 +5,12 @@ up to the wall time: what no record explains is `other`, never a silent gap.
 The wall time runs from the first attempt's start (its lease claim, .lease/<N>.json) to the newest one's end (its
 row in results.jsonl; for one still running, now; for one killed without a result, its last record or lease
 renewal). Each attempt is walked along its marks, oldest first:
-- start-up: the attempt's start to its first worker group's restore (Ray, the workers, their process group, the
-  data, the model); restore: the `restored` event's `restore_s`, just before the group's `start` event;
+- start-up: the attempt's start to its first worker group's restore, in phases (STARTUP_PHASES): `launch`, to the
+  driver's `launch` event just before it hands the group to Ray Train (Ray started or joined, the cluster sized,
+  an autoscaler's nodes waited for); `workers`, to rank 0's session (`began` in the group's `start` event: Ray
+  Train's worker processes and their process group); `setup`, to the restore (the loop's data and model). A phase
+  whose mark is missing (a run written before these marks; a local run, which has no Ray to launch) counts in the
+  next one. restore: the `restored` event's `restore_s`, just before the group's `start` event;
 - each metrics row's segment (since the row before, or the group's start) split by the row's `timing`, which the
   session measures on rank 0 (raytrain.worker.session): checkpoint blocking (`checkpoint_s`: the saves the loop
   waited for since the last row, the previous epoch's included), data wait (`data_s`: the training loader's
@@ -55,6 +59,9 @@ LABELS = {
     "stopping": "stopping",
     "other": "other (unattributed)",
 }
+# An attempt's start-up, in order (what each phase ends at: see the module's doc)
+STARTUP_PHASES = ("launch", "workers", "setup")
+PHASE_LABELS = {"launch": "launch (Ray, sizing)", "workers": "worker group", "setup": "data and model"}
 # Where intervals overlap, the higher wins: a row's own split, then progress lost, then the gaps; other is none.
 _PRIORITY = {"training": 3, "data": 3, "evaluation": 3, "checkpoint": 3, "lost": 2}
 
@@ -75,6 +82,7 @@ class Attempt:
     end: float
     status: str  # succeeded, failed, stopped; running; nothing to train; no result (killed, or released)
     seconds: dict[str, float] = field(default_factory=dict)
+    startup: dict[str, float] = field(default_factory=dict)  # seconds["startup"] by STARTUP_PHASES
 
     @property
     def wall_s(self) -> float:
@@ -82,7 +90,8 @@ class Attempt:
 
     def to_dict(self) -> dict:
         return {"attempt": self.attempt, "status": self.status, "start": self.start, "end": self.end,
-                "wall_s": round(self.wall_s, 3), "seconds": _rounded(self.seconds)}
+                "wall_s": round(self.wall_s, 3), "seconds": _rounded(self.seconds),
+                "startup": {phase: round(self.startup.get(phase, 0.0), 3) for phase in STARTUP_PHASES}}
 
 
 @dataclass
@@ -94,6 +103,11 @@ class Goodput:
     notes: list[str] = field(default_factory=list)  # damaged records, skipped
 
     @property
+    def startup(self) -> dict[str, float]:
+        """The run's start-up seconds by phase (its attempts' together)."""
+        return {phase: sum(a.startup.get(phase, 0.0) for a in self.attempts) for phase in STARTUP_PHASES}
+
+    @property
     def goodput(self) -> Optional[float]:
         """Productive training over the wall time; None for a run with no time yet."""
         return self.seconds["training"] / self.wall_s if self.wall_s > 0 else None
@@ -101,7 +115,9 @@ class Goodput:
     def to_dict(self) -> dict:
         fraction = self.goodput
         return {"wall_s": round(self.wall_s, 3), "goodput": None if fraction is None else round(fraction, 4),
-                "seconds": _rounded(self.seconds), "attempts": [a.to_dict() for a in self.attempts],
+                "seconds": _rounded(self.seconds),
+                "startup": {phase: round(seconds, 3) for phase, seconds in self.startup.items()},
+                "attempts": [a.to_dict() for a in self.attempts],
                 "progress": self.progress, "notes": self.notes}
 
 
@@ -178,6 +194,7 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
     intervals: list[tuple[float, float, str]] = []
     marks: list[float] = []  # the records a dropped row's lost progress starts from
     segments: list[float] = []  # each row's segment length, for the time left
+    phases: dict[int, dict[str, float]] = {}  # each attempt's start-up by phase (of its interval, before painting)
     for index, attempt in enumerate(attempts):
         mine = [e for e in events if owner(e, e["time"]) == attempt.attempt]
         # At one instant a group's start comes first and its `trained` last (the order they are written in).
@@ -185,6 +202,7 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
                        if e.get("event") in ("start", "trained")] +
                       [(t, 1, r) for t, r in timed_rows if owner(r, t) == attempt.attempt], key=lambda m: m[:2])
         cursor, groups = attempt.start, 0
+        launched = next((e["time"] for e in mine if e.get("event") == "launch"), None)
         for at, _, record in walk:
             at = min(max(at, cursor), attempt.end)
             if record.get("event") == "start":
@@ -194,6 +212,9 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
                 resized = any(e.get("event") == "resize" and cursor <= e["time"] <= at for e in mine)
                 gap = "startup" if groups == 0 else "resize" if resized else "recovery"
                 intervals += [(cursor, at - restore, gap), (at - restore, at, "restore")]
+                if groups == 0:
+                    phases[attempt.attempt] = _phases(cursor, at - restore, [
+                        launched, float(record["began"]) if _number(record.get("began")) else None])
                 groups += 1
             elif record.get("event") == "trained":
                 intervals += _split(cursor, at, [("checkpoint", _seconds(record.get("checkpoint_s")))], "stopping")
@@ -209,6 +230,8 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
             tail = "other"  # rows without timing: what they held is not known
         elif not groups:
             tail = "startup"  # no worker group started (yet): a start that failed, or found nothing to train
+            # launched: the worker group never came (no resources, a failed worker); else Ray or the launch did not
+            phases[attempt.attempt] = _phases(cursor, attempt.end, [launched or attempt.end, attempt.end])
         elif attempt.status == "running":
             tail = "training"  # the epoch in progress, split when its row is written
         elif attempt.status == "no result":
@@ -230,7 +253,25 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
     total, per = _paint(intervals, first, last, starts, attempts)
     for attempt in attempts:
         attempt.seconds = per.get(attempt.attempt, {c: 0.0 for c in CAUSES})
+        # The phases split the start-up interval; painted, another cause may have taken part of it (a dropped
+        # row's lost progress): in proportion, so that the phases always sum to the attempt's start-up.
+        split = phases.get(attempt.attempt, {})
+        spent = sum(split.values())
+        painted = attempt.seconds["startup"]
+        attempt.startup = {phase: split.get(phase, 0.0) * painted / spent if spent > 0 else 0.0
+                           for phase in STARTUP_PHASES}
     return Goodput(last - first, total, attempts, _progress(rows, segments, attempts[-1], epochs), notes or [])
+
+
+def _phases(start: float, end: float, marks: list[Optional[float]]) -> dict[str, float]:
+    """[start, end] cut at the marks (one per phase but the last, None where missing: that phase counts in the
+    next), each clamped into order."""
+    out, cursor = {}, start
+    for phase, mark in zip(STARTUP_PHASES, marks + [end]):
+        until = cursor if mark is None else min(max(float(mark), cursor), end)
+        out[phase] = until - cursor
+        cursor = until
+    return out
 
 
 def _split(start: float, end: float, heads: list[tuple[str, float]], rest: str,
@@ -373,15 +414,29 @@ def table(result: Goodput) -> list[str]:
         seconds = result.seconds.get(cause, 0.0)
         if cause != "training" and seconds < 0.05 and not any(a.seconds.get(cause, 0.0) >= 0.05 for a in shown):
             continue
-        share = f"{seconds / result.wall_s * 100:.1f}%" if result.wall_s > 0 else "-"
-        lines.append(f"  {LABELS[cause]:32}{duration_text(seconds):>10}{share:>8}" +
-                     "".join(f"{duration_text(a.seconds.get(cause, 0.0)):>12}" for a in shown))
+        lines.append(_table_line(LABELS[cause], seconds, result.wall_s, [a.seconds.get(cause, 0.0) for a in shown]))
+        if cause == "startup":  # its phases, indented
+            lines += [_table_line(f"  {PHASE_LABELS[phase]}", result.startup[phase], result.wall_s,
+                                  [a.startup.get(phase, 0.0) for a in shown]) for phase in STARTUP_PHASES]
     lines.append(f"  {'wall time':32}{duration_text(result.wall_s):>10}{'100%':>8}" +
                  "".join(f"{duration_text(a.wall_s):>12}" for a in shown))
     lines.append("  " + "  ".join(f"attempt {a.attempt}: {a.status}" for a in shown))
-    progress = result.progress
-    if progress["epochs"]:
-        left = progress["time_left_s"]
-        lines.append(f"  progress: epoch {progress['epochs_done']}/{progress['epochs']} ({progress['percent']:.0f}%)"
-                     + ("" if left is None else ", done" if left == 0 else f", about {duration_text(left)} left"))
+    if result.progress["epochs"]:
+        lines.append(f"  progress: epoch {result.progress['epochs_done']}/{result.progress['epochs']} "
+                     f"{progress_text(result.progress)}")
     return lines
+
+
+def _table_line(label: str, seconds: float, wall_s: float, per_attempt: list[float]) -> str:
+    share = f"{seconds / wall_s * 100:.1f}%" if wall_s > 0 else "-"
+    return f"  {label:32}{duration_text(seconds):>10}{share:>8}" + "".join(f"{duration_text(s):>12}" for s in per_attempt)
+
+
+def progress_text(progress: dict) -> str:
+    """'(40%), about 1m05s left', '(100%), done' or '(40%)' (no pace yet); '' without train.epochs: how the report
+    and the console's epoch lines write a run's progress."""
+    if not progress.get("epochs") or progress.get("percent") is None:
+        return ""
+    left = progress.get("time_left_s")
+    return f"({progress['percent']:.0f}%)" + ("" if left is None else ", done" if left == 0 else
+                                              f", about {duration_text(left)} left")

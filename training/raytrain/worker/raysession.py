@@ -45,7 +45,7 @@ class RayTrainSession(Session):
         self._device = ray.train.torch.get_device()
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
         torch.manual_seed(config.train.seed + self.rank)
-        self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size)
+        self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size, config.train.epochs)
 
         self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.worker.drain
         if config.scaling.elastic and lease_token:

@@ -76,6 +76,7 @@ class Session(ABC):
 
     def __init__(self, config: RunConfig, run_dir: Path, control: Control = UNFENCED):
         self.config = config
+        self.began = time.time()  # this worker's process group is up: the worker group's start-up phase ends here
         self.run_dir = storage.as_path(run_dir)
         self.control = control
         self.records = runrecords.Records(self.run_dir, control)
@@ -147,7 +148,7 @@ class Session(ABC):
                                           epoch=self.resumed_from_epoch or 0, step=self._resume_step)
             self.records.append_event("start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
                                       resumed_at_step=self._resume_step, world_size=self.world_size,
-                                      attempt=self.records.token)
+                                      began=round(self.began, 3), attempt=self.records.token)
         self._started(start)
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Optional
 
 from raytrain.checkpoint import checkpoints
-from raytrain.rundir import runrecords
+from raytrain.rundir import goodput, runrecords
 
 # name: (description, per worker). Exported as ray_<name>; RunTelemetry.COUNTERS get `_total` appended too.
 GAUGES = {
@@ -43,7 +43,16 @@ GAUGES = {
     "raytrain_last_checkpoint_timestamp_seconds": ("Unix time of the run's newest checkpoint", False),
     "raytrain_restarts": ("Worker-group starts of this run beyond the first (failures, re-submissions)", False),
     "raytrain_resumes": ("Worker-group starts of this run that resumed from a checkpoint", False),
+    # The run's goodput (raytrain.rundir.goodput, what `raytrain report` shows), as of its newest epoch
+    "raytrain_goodput_ratio": ("Productive training time over the run's wall time, all attempts, as of its newest "
+                               "epoch", False),
+    "raytrain_progress_percent": ("Epochs done of train.epochs, in percent", False),
+    "raytrain_time_left_seconds": ("The time to the run's last epoch at its epochs' mean pace", False),
 }
+# The run's wall time by cause (tag `cause`: training, the goodput, and each badput cause of goodput.CAUSES)
+CAUSE_GAUGE = ("raytrain_goodput_seconds", "The run's wall time so far by cause: training (the goodput) and each "
+               "cause of badput (waiting, startup, restore, data, evaluation, checkpoint, lost, recovery, resize, "
+               "stopping, other)")
 COUNTERS = {
     "raytrain_steps": ("Optimizer steps taken by this worker", True),
 }
@@ -52,16 +61,19 @@ REFRESH_S = 1.0
 
 def exported_names() -> list[str]:
     """The names Prometheus sees (what the dashboard queries)."""
-    return [f"ray_{n}" for n in GAUGES] + [f"ray_{n}_total" for n in COUNTERS]
+    return [f"ray_{n}" for n in (*GAUGES, CAUSE_GAUGE[0])] + [f"ray_{n}_total" for n in COUNTERS]
 
 
 class RunTelemetry:
     """One per Ray Train worker: cheap calls at start, epoch end and checkpoint."""
 
-    def __init__(self, run_name: str, rank: int, per_worker_batch_size: int):
+    def __init__(self, run_name: str, rank: int, per_worker_batch_size: int, epochs: int = 0):
         from ray.util.metrics import Counter, Gauge
 
         self.rank_zero = rank == 0
+        self.epochs = epochs
+        self.run_dir: Optional[Path] = None
+        self._goodput_due = threading.Event()  # an epoch ended: the refresh thread reads the run's goodput
         self.batch_size = max(int(per_worker_batch_size), 1)
         self.run_tags = {"run": run_name}
         self.worker_tags = {"run": run_name, "rank": str(rank)}
@@ -70,26 +82,47 @@ class RunTelemetry:
             self.metrics[name] = Gauge(name, description=description, tag_keys=("run", "rank") if per_worker else ("run",))
         for name, (description, per_worker) in COUNTERS.items():
             self.metrics[name] = Counter(name, description=description, tag_keys=("run", "rank") if per_worker else ("run",))
-        self._last: dict[tuple[str, bool], float] = {}  # (gauge, per worker) -> its last value
+        self.metrics[CAUSE_GAUGE[0]] = Gauge(CAUSE_GAUGE[0], description=CAUSE_GAUGE[1], tag_keys=("run", "cause"))
+        self._last: dict[tuple[str, tuple], tuple[float, dict]] = {}  # (gauge, its tags) -> (its last value, tags)
         self._lock = threading.Lock()
         threading.Thread(target=self._refresh, name="raytrain-telemetry", daemon=True).start()
 
-    def _set(self, name: str, value: float, per_worker: bool = False) -> None:
+    def _set(self, name: str, value: float, per_worker: bool = False, tags: Optional[dict] = None) -> None:
+        tags = tags if tags is not None else self.worker_tags if per_worker else self.run_tags
         with self._lock:
-            self._last[(name, per_worker)] = float(value)
-            self.metrics[name].set(float(value), tags=self.worker_tags if per_worker else self.run_tags)
+            self._last[(name, tuple(sorted(tags.items())))] = (float(value), tags)
+            self.metrics[name].set(float(value), tags=tags)
 
     def _refresh(self) -> None:
         while True:
-            time.sleep(REFRESH_S)
+            if self._goodput_due.wait(REFRESH_S):
+                self._goodput_due.clear()
+                self._export_goodput()
             with self._lock:
-                for (name, per_worker), value in self._last.items():
-                    self.metrics[name].set(value, tags=self.worker_tags if per_worker else self.run_tags)
+                for (name, _), (value, tags) in self._last.items():
+                    self.metrics[name].set(value, tags=tags)
+
+    def _export_goodput(self) -> None:
+        """Rank 0, off the training thread, once an epoch: the run's goodput from its records (a few small files)."""
+        if self.run_dir is None:
+            return
+        try:
+            found = goodput.read(self.run_dir, self.epochs)
+        except Exception:  # noqa: BLE001 - the run's storage did not answer: the next epoch's export tries again
+            return
+        if found.goodput is not None:
+            self._set("raytrain_goodput_ratio", found.goodput)
+            for cause, seconds in found.seconds.items():
+                self._set(CAUSE_GAUGE[0], seconds, tags={**self.run_tags, "cause": cause})
+        for key, gauge in (("percent", "raytrain_progress_percent"), ("time_left_s", "raytrain_time_left_seconds")):
+            if found.progress.get(key) is not None:
+                self._set(gauge, found.progress[key])
 
     def started(self, run_dir: Path, start_epoch: int) -> None:
         """After rank 0 recorded this start in events.jsonl: restarts and resumes so far, the resume point."""
         if not self.rank_zero:
             return
+        self.run_dir = run_dir
         starts = [e for e in runrecords.read_events(run_dir) if e.get("event") == "start"]
         self._set("raytrain_restarts", max(len(starts) - 1, 0))
         self._set("raytrain_resumes", sum(1 for e in starts if e.get("resumed_from_epoch") is not None))
@@ -115,6 +148,7 @@ class RunTelemetry:
             value = row.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._set(gauge, value)
+        self._goodput_due.set()
 
     def linger(self) -> None:
         """Rank 0, once the loop has returned: keep the last values alive for one of Ray's metric reports, which a
