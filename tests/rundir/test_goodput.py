@@ -47,6 +47,19 @@ CASES = {
         {"startup": 10, "training": 60, "lost": 20, "recovery": 21, "restore": 4, "stopping": 5},
         {1: {"startup": 10, "training": 60, "lost": 20, "recovery": 21, "restore": 4, "stopping": 5}},
         {"epochs_done": 3, "percent": 100.0}),
+    # A rerun that found the newest checkpoint damaged drops the rows after the one before (epochs 3-4, written at 30
+    # and 40): their time is progress lost, whole, however long the last checkpoint took (CI once saw 12 ms of it
+    # taken from the lost time, when the checkpoint sat right after the last row kept)
+    "rows dropped by a rerun, the last checkpoint kept in place": (
+        dict(claims={1: 0.0, 2: 50.0}, results=[result(1, 45, 45), result(2, 70, 20)],
+             events=[event("start", 5, attempt=1), event("trained", 43, checkpoint_s=2, attempt=1),
+                     event("rows_dropped", 52, epoch=2, step=0, rows=2, until=40),
+                     event("start", 55, attempt=2), event("trained", 68, checkpoint_s=0, attempt=2)],
+             rows=[row(1, 10), row(2, 20), row(3, 60, attempt=2), row(4, 65, attempt=2)], epochs=4),
+        {"startup": 10, "training": 25, "lost": 20, "checkpoint": 2, "stopping": 8, "waiting": 5},
+        {1: {"startup": 5, "training": 15, "lost": 20, "checkpoint": 2, "stopping": 3},
+         2: {"startup": 5, "training": 10, "stopping": 5}},
+        {"epochs_done": 4, "percent": 100.0}),
     # The driver SIGKILLed after epoch 3's row (at 65; its checkpoint never landed): no result. The rerun's driver
     # drops that row; lease.json names the rerun.
     "a killed attempt, resumed": (

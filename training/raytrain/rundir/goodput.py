@@ -16,7 +16,7 @@ renewal). Each attempt is walked along its marks, oldest first:
   waited for since the last row, the previous epoch's included), data wait (`data_s`: the training loader's
   next()), evaluation (`val_s`: the validation batches' iteration, the forward passes included), and training,
   the rest;
-- the `trained` event: the last checkpoint after the last row (its `checkpoint_s`);
+- the `trained` event: the last checkpoint after the last row (its `checkpoint_s`, just before the event);
 - recovery: a later worker group's gap, from the last record of the one before to its restore (a lost worker:
   Ray Train restarts the group); resize instead when a `resize` event marks that start (an elastic run);
 - progress lost: rows dropped to be trained again (the `rows_dropped` event's `until`, from the newest record
@@ -217,7 +217,9 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
                         launched, float(record["began"]) if _number(record.get("began")) else None])
                 groups += 1
             elif record.get("event") == "trained":
-                intervals += _split(cursor, at, [("checkpoint", _seconds(record.get("checkpoint_s")))], "stopping")
+                # The last checkpoint ends just before `trained`: at the tail, so that when a rerun dropped the rows
+                # before it (progress lost) the checkpoint still sits where it ran, after them
+                intervals += _split(cursor, at, [], "stopping", tail=("checkpoint", _seconds(record.get("checkpoint_s"))))
             else:
                 timing = record["timing"]
                 intervals += _split(cursor, at, [("checkpoint", _seconds(timing.get("checkpoint_s"))),
