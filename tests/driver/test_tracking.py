@@ -171,6 +171,20 @@ def test_an_attempts_end_sends_the_runs_goodput_by_cause_before_closing(tmp_path
     assert summary["goodput/data_s"] == pytest.approx(0.5) and 0 < summary["goodput"] < 1
 
 
+def test_an_attempts_end_closes_the_tracker_run_when_its_goodput_cannot_be_read(tmp_path):
+    """Storage that fails between the last sync and the goodput read costs the summary, not the run's close."""
+    records = runrecords.Records(tmp_path, Fence())
+    records.append_event("start", epoch=1, attempt=Fence.token, time=time.time() - 3)
+    tracker, out = FakeTracker(), io.StringIO()
+    ending = syncer(tmp_path, tracker, out=out)
+    ending.sync()  # opens the tracker's run
+    (tmp_path / "events.jsonl").unlink()
+    (tmp_path / "events.jsonl").mkdir()  # reading it now fails as an unreachable file would
+    ending.finish(Ending.FAILED.value)
+    assert tracker.closed == "failed" and tracker.summary is None
+    assert "goodput is not sent" in out.getvalue() and f"raytrain report {tmp_path}" in out.getvalue()
+
+
 # ---------------------------------------------------------------------------------------------- tracker trouble
 
 def test_a_tracker_that_is_down_is_retried_said_once_and_sent_to_when_back(tmp_path):

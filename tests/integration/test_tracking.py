@@ -114,6 +114,9 @@ def rayjob(path: Path, entrypoint: str) -> Path:
     return path
 
 
+EVERY = 6  # the killed driver's checkpoint interval, in epochs
+
+
 def test_one_mlflow_run_across_a_killed_driver_and_a_resubmitted_rayjob(tmp_path):
     """A driver sends epochs while it trains and is killed -9 with rows past its newest checkpoint, which a resume
     drops and trains again. The run is resubmitted as a RayJob (`raytrain emulate`; its entrypoint, `raytrain run`,
@@ -128,15 +131,21 @@ def test_one_mlflow_run_across_a_killed_driver_and_a_resubmitted_rayjob(tmp_path
     run_dir = shared / "runs" / name
     with mlflow_server(tmp_path / "mlflow") as uri:
         first = start("local", "linear", "--storage", str(shared / "runs"), "--name", name, "--set",
-                      "train.epochs=400", "--set", "data.num_samples=6000", "--set", "run.checkpoint_every=3",
+                      "train.epochs=400", "--set", "data.num_samples=6000", "--set", f"run.checkpoint_every={EVERY}",
                       *mlflow_sets(uri, experiment))
 
-        def sent_and_uncommitted() -> bool:
+        def sent() -> bool:
             found = mlflow_runs(uri, experiment)
-            held = mlflow_history(uri, found[0].info.run_id).get("epoch", []) if found else []
-            return len(held) >= 3 and max(checks.metrics_epochs(run_dir) or [0]) > newest_epoch(run_dir)
+            return len(mlflow_history(uri, found[0].info.run_id).get("epoch", []) if found else []) >= 3
 
-        wait_until(sent_and_uncommitted, first, "3 epochs in MLflow and a row past the newest checkpoint")
+        def early_in_a_checkpoint_interval() -> bool:
+            # One or two rows past the newest checkpoint, so the kill lands at least 3 epochs before the next one
+            # (CI: a row seen just before its epoch's checkpoint committed left no uncommitted row)
+            newest_row = max(checks.metrics_epochs(run_dir) or [0])
+            return 1 <= newest_row - newest_epoch(run_dir) <= 2 and newest_row % EVERY != 0
+
+        wait_until(sent, first, "3 epochs in MLflow")
+        wait_until(early_in_a_checkpoint_interval, first, "a row or two past the newest checkpoint")
         kill_everything(first)
         committed = newest_epoch(run_dir)
         uncommitted = [e for e in checks.metrics_epochs(run_dir) if e > committed]
@@ -147,7 +156,7 @@ def test_one_mlflow_run_across_a_killed_driver_and_a_resubmitted_rayjob(tmp_path
         epochs = committed + 3
         job = rayjob(tmp_path / "rayjob.yaml", " ".join([
             f"raytrain run linear --name {name} --storage /mnt/shared/runs --address auto --wait-for-lease",
-            f"--set train.epochs={epochs} --set data.num_samples=6000 --set run.checkpoint_every=3",
+            f"--set train.epochs={epochs} --set data.num_samples=6000 --set run.checkpoint_every={EVERY}",
             "--set scaling.num_workers=1",
             *mlflow_sets(uri, experiment)]))
         with open(tmp_path / "emulate.txt", "w+") as out:

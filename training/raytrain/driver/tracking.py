@@ -230,18 +230,24 @@ class Syncer:
     def close_trackers(self, status: str) -> None:
         """Tell each opened tracker the run's goodput so far and how the attempt ended (MLflow's run status, W&B's
         exit code)."""
-        summary = goodput_summary(self.run_dir)
-        for tracker in self.trackers:
-            if self.progress[tracker.name].opened:
-                try:
-                    self.records.check()
-                    if summary:
-                        tracker.summarize(summary, self.records.token or 0)
-                    tracker.close(status)
-                except AttemptEnded:
-                    raise
-                except Exception as err:
-                    self._failed(tracker, self.progress[tracker.name], err)
+        opened = [tracker for tracker in self.trackers if self.progress[tracker.name].opened]
+        summary: dict[str, float] = {}
+        if opened:
+            try:
+                summary = goodput_summary(self.run_dir)
+            except Exception as err:  # storage gone since the last sync: the runs still close, without goodput
+                console.warning(f"tracking: run {self.run_dir.name}'s goodput is not sent ({err}); "
+                                f"raytrain report {self.run_dir} shows it", out=self.out)
+        for tracker in opened:
+            try:
+                self.records.check()
+                if summary:
+                    tracker.summarize(summary, self.records.token or 0)
+                tracker.close(status)
+            except AttemptEnded:
+                raise
+            except Exception as err:
+                self._failed(tracker, self.progress[tracker.name], err)
 
     def _report_unsent(self, status: str, timed_out: bool) -> None:
         if self.fenced is not None:
