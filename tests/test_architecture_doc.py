@@ -5,7 +5,6 @@ that checks it."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from tests.test_imports import PACKAGE, declared, room_paths
 

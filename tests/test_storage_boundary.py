@@ -8,7 +8,6 @@ getattr/hasattr, or the URL scheme and UPath's protocol read to tell the two apa
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from tests.test_imports import PACKAGE
 

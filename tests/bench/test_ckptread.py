@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 
 from bench import ckptread
 from tests.support.tools import require_tool

@@ -12,7 +12,6 @@ import pytest
 
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.rundir import layout, runrecords
-from raytrain.rundir import lease as leases
 from raytrain.rundir.lease import Lease
 from raytrain.rundir.runcontrol import Phase, RunControl, WorkerControl
 

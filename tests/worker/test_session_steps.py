@@ -15,7 +15,6 @@ from raytrain.driver.localtrainer import train_local
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import EpochStats, build_optimizer
 from raytrain.rundir import layout, runrecords
-from raytrain.rundir import lease as leases
 from raytrain.rundir.runcontrol import WorkerControl
 from raytrain.spec.config import load_config
 from raytrain.worker.localsession import LocalSession

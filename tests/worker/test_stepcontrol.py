@@ -11,7 +11,6 @@ import torch
 
 from raytrain.lifecycle.endings import Ending
 from raytrain.rundir import layout
-from raytrain.rundir import lease as leases
 from raytrain.rundir.runcontrol import UNFENCED, WorkerControl
 from raytrain.worker.stepcontrol import POLL_S, SYNC_S, StepControl
 

@@ -18,10 +18,6 @@ from raytrain.platform.processes import proc_table
 from raytrain.platform.rayinternals import LocalRaylet
 from raytrain.rundir import atomicfile
 
-NOTICE_NAME = "raytrain-drain.json"
-# How often a worker asks the GCS at most; between asks node_draining() answers from its last look.
-PROBE_INTERVAL_S = 0.5
-DRIVER_COMMANDS = ("run", "tune")
 from raytrain.worker.drain import DRIVER_COMMANDS, notice_path, this_raylet
 
 
