@@ -80,6 +80,21 @@ def test_an_elastic_run_shrinks_on_a_deleted_pod_and_grows_back_losing_no_step(t
     for name in ("resize-request.json", "resize-held.json"):  # emptied after the resize, never deleted (NFS)
         assert json.loads((directory / name).read_text()) == {"id": None}
 
+    # Goodput (issue 38): nothing trained again; each resize's time is its gap, from the group's end at a step
+    # (its checkpoint kept: the drain's, then the grow's) to the new group's restore; nothing counts as recovery
+    from raytrain.rundir import goodput
+
+    found = goodput.read(directory, epochs=EPOCHS)
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s) and found.seconds["other"] == 0, found.seconds
+    saved = [e for e in events if e["event"] == "progress_saved"]
+    assert len(saved) == 2 and deleted_at < saved[0]["time"] < starts[1]["time"] and \
+        saved[1]["time"] <= resizing["time"], saved
+    gaps = [start["time"] - (restore.get("restore_s") or 0) - end["time"]
+            for start, restore, end in zip(starts[1:], restored, saved)]
+    assert found.seconds["resize"] == pytest.approx(sum(gaps), abs=0.02), (found.seconds, gaps)
+    assert found.seconds["lost"] == 0 and found.seconds["recovery"] == 0, found.seconds
+    assert gaps[0] < starts[1]["time"] - deleted_at  # the deletion to the drain's checkpoint trained, and is kept
+
     summary = subprocess.run([sys.executable, "-m", "raytrain.cli", "report", str(directory)], capture_output=True,
                              text=True, timeout=120, cwd=REPO)
     assert summary.returncode == 0, summary.stdout + summary.stderr
@@ -88,5 +103,6 @@ def test_an_elastic_run_shrinks_on_a_deleted_pod_and_grows_back_losing_no_step(t
     shrink_s = starts[1]["time"] - deleted_at
     grow_s = starts[2]["time"] - resizing["time"]
     print(f"elastic: on 2 workers {shrink_s:.0f} s after the pod's deletion; the grow to 3 took {grow_s:.0f} s from "
-          f"its checkpoint; {seconds:.0f} s in all")
+          f"its checkpoint; {seconds:.0f} s in all; goodput's resizes {found.seconds['resize']:.1f} s (gaps "
+          f"{', '.join(f'{g:.1f}' for g in gaps)})")
     assert_torn_down(run_id)

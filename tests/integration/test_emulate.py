@@ -29,6 +29,7 @@ from tests.support.tools import find_tool
 from raytrain.cluster import localcluster, pods
 from raytrain.cluster.emulate import emulate
 from raytrain.platform import processes
+from raytrain.rundir import goodput
 from raytrain.validator.crds import CRDS_ENV, resolve_crd_dir
 
 pytestmark = pytest.mark.integration
@@ -191,11 +192,21 @@ def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
     # Kill mid-interval, after the first checkpoint: epoch 7 of 5-epoch intervals.
     run.wait_for(lambda: len(checks.metrics_epochs(directory)) >= INTERVAL + 2, 300, "epoch 7")
     epoch_before = max(checks.metrics_epochs(directory))
+    killed_at = time.time()
     killed = pods.kill_node(localcluster.RUN_ROOT / run_id / "state.json", "worker-1")
     # A checkpoint is complete once a later epoch is recorded (its report returned before that epoch trained);
     # a newer one may still be mid-upload when the node dies.
     newest_before = max((e for e in checks.checkpoint_epochs(directory) if e < epoch_before), default=0)
     assert killed, "no processes of worker-1 to kill"
+    # The first group's rows as written, until the restarted group drops those past its checkpoint (goodput below)
+    written: dict[int, float] = {}
+
+    def restarted() -> bool:
+        for row in checks.read_jsonl(directory / "metrics.jsonl"):
+            written.setdefault(row["epoch"], row["timing"]["time"])
+        return len(checks.starts(directory)) >= 2
+
+    run.wait_for(restarted, 300, "the worker group's restart")
     code, output, seconds = run.finish()
     checks.assert_run_completed(directory, EPOCHS)
     resume = checks.assert_resumed(directory, newest_checkpoint_before=newest_before, epoch_before=epoch_before,
@@ -211,6 +222,7 @@ def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
     nodes = checks.train_worker_nodes(output)
     assert len(nodes) >= 2, f"training workers ran on {nodes}, expected at least 2 nodes"
     assert_torn_down(run_id)
+    assert_goodput_of_a_lost_worker(directory, written, resume, killed_at)
 
     artifacts = tmp_path / "run2"  # the layout scripts/kind-e2e writes
     artifacts.mkdir()
@@ -227,6 +239,28 @@ def test_lost_worker_node_resumes_from_newest_checkpoint(tmp_path):
                                         "--newest-checkpoint-before", str(EPOCHS), "--interval", str(INTERVAL)],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert claimed.returncode == 1 and "kind e2e check failed" in claimed.stderr, claimed.stdout + claimed.stderr
+
+
+def assert_goodput_of_a_lost_worker(directory: Path, written: dict[int, float], resume: dict,
+                                    killed_at: float) -> None:
+    """Issue 38: the kill's cost, by cause. Progress lost: the rows the restart dropped, trained again, their time
+    as written (to the hundredth of a second the records keep). Recovery and the restore: the kill to the new
+    group's start, give or take the part of an epoch trained after its last row before the kill (at most an
+    epoch). The parts sum to the wall time."""
+    found = goodput.read(directory, epochs=EPOCHS)
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s) and found.seconds["other"] == 0, found.seconds
+    resumed = resume["resumed_from_epoch"]
+    dropped = [epoch for epoch in written if epoch > resumed]
+    assert dropped, (written, resume)
+    assert found.seconds["lost"] == pytest.approx(written[max(dropped)] - written[resumed], abs=0.01), \
+        (found.seconds, written, resumed)
+    epoch_s = max(written[e] - written[e - 1] for e in written if e - 1 in written)
+    kill_to_start = resume["time"] - killed_at
+    assert abs(found.seconds["recovery"] + found.seconds["restore"] - kill_to_start) <= epoch_s, \
+        (found.seconds, kill_to_start, epoch_s)
+    print(f"goodput of a lost worker: {found.seconds['lost']:.1f} s lost ({len(dropped)} epochs trained again), "
+          f"{found.seconds['recovery']:.1f} s recovery and {found.seconds['restore']:.1f} s restore against "
+          f"{kill_to_start:.1f} s from the kill to the new group")
 
 
 def test_killed_driver_is_retried_and_resumes(tmp_path):

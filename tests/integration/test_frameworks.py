@@ -62,3 +62,5 @@ def test_a_framework_script_runs_unchanged_and_resumes_from_its_checkpoint(frame
     epochs = [row["epoch"] for row in rows(run_dir)]
     assert len(epochs) == 3 and len(set(epochs)) == 3, f"each epoch reported once across both runs: {epochs}"
     assert [row["attempt"] for row in rows(run_dir)] == [1, 1, 2]  # the resumed run trained the third epoch only
+    # Goodput's data wait, from the DataLoaders the framework iterates (raytrain.worker.loadertiming)
+    assert all(row["timing"]["data_s"] > 0 for row in rows(run_dir)), rows(run_dir)

@@ -197,6 +197,7 @@ def test_rays_regression_example_unchanged_with_its_datasets_from_a_local_csv(tm
     run_dir = tmp_path / "runs" / "regression"
     rows = runrecords.read_metrics(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2] and all(isinstance(r["loss"], float) for r in rows)
+    assert_loaders_timed(run_dir, rows)  # Ray Data: its shard's iter_torch_batches, and validation under no_grad
     found = assert_checkpoints_sound(run_dir, keep=2)
     assert set(json.loads((found[0] / "meta.json").read_text())["files"]) == {"model.pt"}
 
@@ -215,6 +216,19 @@ def test_rays_fashion_mnist_example_unchanged_with_home_pointed_at_local_data(tm
     run(project, HOME=str(home))
     rows = runrecords.read_metrics(tmp_path / "runs" / "fashion")
     assert [r["epoch"] for r in rows] == [1, 2] and {"loss", "accuracy"} <= set(rows[0])
+    assert_loaders_timed(tmp_path / "runs" / "fashion", rows)  # DataLoaders through prepare_data_loader
+
+
+def assert_loaders_timed(run_dir: Path, rows: list[dict]) -> None:
+    """Goodput of a function (raytrain.worker.loadertiming): each row's data wait and evaluation, from the loaders
+    it iterated; its start-up ended at its first batch, before its first report recorded the group's start."""
+    for before, row in zip([None, *rows], rows):
+        timing = row["timing"]
+        assert timing["data_s"] > 0 and timing["val_s"] > 0, row
+        if before is not None:  # within the time since the row before
+            assert timing["data_s"] + timing["val_s"] <= timing["time"] - before["timing"]["time"], rows
+    [start] = [e for e in runrecords.read_events(run_dir) if e["event"] == "start"]
+    assert start["began"] < start["first_batch"] < start["time"], start
 
 
 def test_the_docs_style_script_runs_as_a_rayjob_through_emulate(tmp_path):

@@ -91,6 +91,48 @@ def test_linear_reaches_its_bound_and_a_rerun_resumes_from_the_newest_checkpoint
         assert sum(attempt.startup.values()) == pytest.approx(attempt.seconds["startup"]), attempt
 
 
+SAVE_S = 0.5  # the delay a slow checkpoint injects into each save
+SLOW_TO_SAVE = f"""import time
+
+from torch import nn
+
+
+class SlowToSave(nn.Module):
+    \"\"\"The linear preset's model, whose state takes {SAVE_S} s longer to gather: a large model's stand-in.\"\"\"
+
+    def __init__(self, in_features: int, hidden: int, out_features: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, out_features))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def state_dict(self, *args, **kwargs):
+        time.sleep({SAVE_S})
+        return super().state_dict(*args, **kwargs)
+"""
+
+
+def test_a_slow_checkpoint_shows_as_checkpoint_blocking_by_the_delay_injected(tmp_path):
+    """Issue 38: a checkpoint made SAVE_S slower (its model's state_dict sleeps), saved every epoch, shows in goodput
+    as checkpoint blocking of at least the delays injected, and at most those plus 0.5 s a save for the write
+    itself (a few KB here); the rest of the epochs stays training. `raytrain local`: the same session and
+    checkpointer as a Ray Train worker's, without Ray's start."""
+    epochs = 4
+    (tmp_path / "slow_to_save.py").write_text(SLOW_TO_SAVE)
+    done = subprocess.run([*RAYTRAIN, "local", "linear", "--storage", str(tmp_path / "runs"), "--set",
+                           "model._component_=slow_to_save.SlowToSave", "--set", f"train.epochs={epochs}",
+                           "--set", "run.checkpoint_every=1"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = goodput.read(tmp_path / "runs" / "linear", epochs=epochs)
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s) and found.seconds["other"] == 0, found.seconds
+    assert epochs * SAVE_S - 0.01 <= found.seconds["checkpoint"] <= epochs * (SAVE_S + 0.5), found.seconds  # rounded to ms
+    assert found.seconds["training"] > 0 and found.seconds["lost"] == found.seconds["recovery"] == 0, found.seconds
+    print(f"slow checkpoint: {found.seconds['checkpoint']:.2f} s checkpoint blocking for {epochs} saves "
+          f"{SAVE_S} s slower")
+
+
 def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):
     # Embedded, as before the shared head: the one failure-path test here that needs no cluster of its own.
     began = time.time()

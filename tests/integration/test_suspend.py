@@ -21,6 +21,7 @@ from tests.support.cli import exit_status
 
 from raytrain.cluster import localcluster, pods
 from raytrain.platform import processes
+from raytrain.rundir import goodput
 
 pytestmark = pytest.mark.integration
 
@@ -51,9 +52,11 @@ def test_a_suspended_rayjob_loses_no_completed_step_and_resumes_on_a_new_cluster
     assert exit_status(["cluster", "suspend", run_id]) == 1
     assert "spec.suspend is already true (jobDeploymentStatus Suspended)" in capsys.readouterr().err
 
+    unsuspended_at = time.time()
     assert "spec.suspend set to false" in _patch("unsuspend", run_id, capsys)
     # A new cluster: every pod started again (new processes), and the new submission runs on it.
     run.wait_for(lambda: run.output.count("Running entrypoint for job") == 2, 300, "the new submission")
+    resubmitted_by = time.time()
     new_pids = {node["name"]: node["pid"] for node in json.loads(state.read_text())["nodes"]}
     assert new_pids.keys() == old_pids.keys() and not set(new_pids.values()) & set(old_pids.values())
     assert all(pods.node_processes(state, name) for name in names)
@@ -68,5 +71,20 @@ def test_a_suspended_rayjob_loses_no_completed_step_and_resumes_on_a_new_cluster
     assert len(submissions) == 2 and len(set(submissions)) == 2, submissions
     assert rayjob["status"]["jobId"] == submissions[1] and rayjob["status"]["failed"] == 0, rayjob["status"]
     meta = _assert_no_step_lost(directory, suspended_at)
+
+    # Goodput (issue 38): the suspension is waiting, from the suspended attempt's end (after the suspend) to the
+    # new one's start (after the readmission, by the time its submission ran); nothing is trained again, and what
+    # the first attempt trained of the suspended epoch is kept (its mark after the suspend), not stopping
+    found = goodput.read(directory)
+    assert sum(found.seconds.values()) == pytest.approx(found.wall_s) and found.seconds["other"] == 0, found.seconds
+    first, second = found.attempts
+    assert (first.status, second.status) == ("stopped", "succeeded"), found.attempts
+    assert suspended_at < first.end < unsuspended_at < second.start < resubmitted_by, \
+        (suspended_at, first, unsuspended_at, second, resubmitted_by)
+    assert found.seconds["waiting"] == pytest.approx(second.start - first.end, abs=0.01), found.seconds
+    assert found.seconds["lost"] == 0 and found.seconds["recovery"] == 0, found.seconds
+    saved = [e for e in checks.read_jsonl(directory / "events.jsonl") if e["event"] == "progress_saved"]
+    assert [e["attempt"] for e in saved] == [first.attempt] and suspended_at < saved[0]["time"] <= first.end, saved
+    assert first.seconds["stopping"] == pytest.approx(first.end - saved[0]["time"], abs=0.01), first
     print(f"suspended at epoch {meta['epoch'] + 1} step {meta['step']}: resumed there on a new cluster; {seconds:.0f}s")
     assert_torn_down(run_id)

@@ -86,6 +86,21 @@ CASES = {
                      event("start", 44, attempt=1, world_size=3)],
              rows=[row(1, 30), row(2, 64)], epochs=2),
         {"startup": 10, "training": 40, "resize": 12, "restore": 2, "stopping": 2}, None, {"epochs_done": 2}),
+    # A Ray Train function's group start is written at its first report (30): its start-up ends at its first batch
+    # (12), and the time to the report is that row's (its data wait and evaluation from the function's loaders)
+    "a Ray Train function's start at its first batch": (
+        dict(claims={1: 0.0}, results=[result(1, 52, 52)],
+             events=[event("start", 30, attempt=1, first_batch=12), event("trained", 50, checkpoint_s=0, attempt=1)],
+             rows=[row(1, 30, data=3, val=2), row(2, 50, data=3, val=2)], epochs=2),
+        {"startup": 12, "training": 28, "data": 6, "evaluation": 4, "stopping": 2}, None, {"epochs_done": 2}),
+    # ...and an elastic function's new group: its resize and restore are written after its first batch, still its
+    "an elastic Ray Train function's resize": (
+        dict(claims={1: 0.0}, results=[result(1, 70, 70)],
+             events=[event("start", 20, attempt=1, world_size=2, first_batch=10),
+                     event("restored", 46, restore_s=0), event("resize", 47, previous=2, workers=3),
+                     event("start", 48, attempt=1, world_size=3, first_batch=45)],
+             rows=[row(1, 20), row(2, 30), row(3, 60)], epochs=3),
+        {"startup": 10, "training": 35, "resize": 15, "stopping": 10}, None, {"epochs_done": 3}),
     "a start that failed before any worker group": (
         dict(claims={1: 0.0}, results=[result(1, 8, 8, "failed")], events=[], rows=[], epochs=5),
         {"startup": 8}, {1: {"startup": 8}}, {"epochs_done": 0, "percent": 0.0, "time_left_s": None}),
@@ -94,6 +109,23 @@ CASES = {
              events=[event("start", 5, attempt=1), event("start", 55, attempt=2)],
              rows=[row(1, 15), row(2, 65, attempt=2)], epochs=2),
         {"startup": 10, "training": 20, "stopping": 10, "waiting": 30}, None, {"epochs_done": 2}),
+    # SIGTERM mid-epoch 2 (a deleted pod, a suspend): the group checkpoints at its step and marks it (25); what it
+    # trained since epoch 1's row is kept, as the rerun resumes at that step, so it is training, not stopping
+    "a stop at a step keeps what it trained": (
+        dict(claims={1: 0.0, 2: 60.0}, results=[result(1, 30, 30, "stopped"), result(2, 90, 30)],
+             events=[event("start", 5, attempt=1),
+                     event("progress_saved", 25, attempt=1, timing={"data_s": 1, "checkpoint_s": 2}),
+                     event("start", 65, attempt=2), event("trained", 88, checkpoint_s=0, attempt=2)],
+             rows=[row(1, 15), row(2, 80, attempt=2)], epochs=2),
+        {"startup": 10, "training": 32, "data": 1, "checkpoint": 2, "stopping": 15, "waiting": 30},
+        {1: {"startup": 5, "training": 17, "data": 1, "checkpoint": 2, "stopping": 5},
+         2: {"startup": 5, "training": 15, "stopping": 10}},
+        {"epochs_done": 2, "percent": 100.0}),
+    # A Ray Train function may report a metric named `event`: its row is a row all the same
+    "a row with a metric named event": (
+        dict(claims={1: 0.0}, results=[result(1, 25, 25)], events=[event("start", 5, attempt=1)],
+             rows=[{**row(1, 20), "event": "start"}], epochs=1),
+        {"startup": 5, "training": 15, "stopping": 5}, None, {"epochs_done": 1}),
     # A finished run started again writes no result (the one that trained stands): a clean end all the same.
     "a finished run started again": (
         dict(claims={1: 0.0, 2: 40.0}, results=[result(1, 30, 30)],

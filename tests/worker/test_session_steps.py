@@ -126,3 +126,7 @@ def test_a_stop_request_checkpoints_at_the_next_step_and_ends_the_loop(tmp_path)
     assert (meta["epoch"], meta["step"]) == (0, trained) and 0 < trained < 8
     assert not runrecords.read_metrics(session.run_dir)  # the epoch is not done: no row
     assert ended.value.ending is Ending.STOPPED
+    # ...and goodput's mark: what it trained is kept (the resume starts at that step), with the data wait and the
+    # step checkpoint since the group's start
+    [saved] = [e for e in runrecords.read_events(session.run_dir) if e["event"] == "progress_saved"]
+    assert saved["attempt"] == 3 and saved["timing"]["checkpoint_s"] > 0 and saved["timing"]["data_s"] > 0, saved

@@ -10,12 +10,16 @@ renewal). Each attempt is walked along its marks, oldest first:
   an autoscaler's nodes waited for); `workers`, to rank 0's session (`began` in the group's `start` event: Ray
   Train's worker processes and their process group); `setup`, to the restore (the loop's data and model). A phase
   whose mark is missing (a run written before these marks; a local run, which has no Ray to launch) counts in the
-  next one. restore: the `restored` event's `restore_s`, just before the group's `start` event;
+  next one. restore: the `restored` event's `restore_s`, just before the group's `start` event. A Ray Train
+  function's group start is written at its first report: its start-up ends at its first batch instead (the start
+  event's `first_batch`, raytrain.worker.loadertiming);
 - each metrics row's segment (since the row before, or the group's start) split by the row's `timing`, which the
-  session measures on rank 0 (raytrain.worker.session): checkpoint blocking (`checkpoint_s`: the saves the loop
-  waited for since the last row, the previous epoch's included), data wait (`data_s`: the training loader's
-  next()), evaluation (`val_s`: the validation batches' iteration, the forward passes included), and training,
-  the rest;
+  session measures on rank 0 (raytrain.worker.session; a Ray Train function's loaders: raytrain.worker.loadertiming):
+  checkpoint blocking (`checkpoint_s`: the saves the loop waited for since the last row, the previous epoch's
+  included), data wait (`data_s`: the training loader's next()), evaluation (`val_s`: the validation batches'
+  iteration, the forward passes included), and training, the rest;
+- a `progress_saved` event (a stop, a drain or a resize that ended a group at a step, after its checkpoint): the time
+  since the last row was trained and is kept, split by its `timing` as a row's;
 - the `trained` event: the last checkpoint after the last row (its `checkpoint_s`, just before the event);
 - recovery: a later worker group's gap, from the last record of the one before to its restore (a lost worker:
   Ray Train restarts the group); resize instead when a `resize` event marks that start (an elastic run);
@@ -169,6 +173,13 @@ def _row_time(row: dict) -> Optional[float]:
     return float(timing["time"]) if isinstance(timing, dict) and _number(timing.get("time")) else None
 
 
+def _started_at(start: dict) -> float:
+    """Where a worker group's start-up ended: its start event, or the first batch a Ray Train function asked for
+    before its first report recorded the start (`first_batch`)."""
+    first = start.get("first_batch")
+    return min(float(first), start["time"]) if _number(first) else start["time"]
+
+
 def compute(*, claims: dict[int, float], results: list[dict], events: list[dict], rows: list[dict],
             lease: dict, epochs: Optional[int] = None, now: Optional[float] = None,
             notes: Optional[list[str]] = None) -> Goodput:
@@ -198,34 +209,38 @@ def compute(*, claims: dict[int, float], results: list[dict], events: list[dict]
     for index, attempt in enumerate(attempts):
         mine = [e for e in events if owner(e, e["time"]) == attempt.attempt]
         # At one instant a group's start comes first and its `trained` last (the order they are written in).
-        walk = sorted([(e["time"], 0 if e.get("event") == "start" else 2, e) for e in mine
-                       if e.get("event") in ("start", "trained")] +
-                      [(t, 1, r) for t, r in timed_rows if owner(r, t) == attempt.attempt], key=lambda m: m[:2])
+        # Each mark's kind is its source's: a row may hold a metric named `event`.
+        walk = sorted([(_started_at(e), 0, "start", e) for e in mine if e.get("event") == "start"] +
+                      [(e["time"], 1, "saved", e) for e in mine if e.get("event") == "progress_saved"] +
+                      [(e["time"], 2, "trained", e) for e in mine if e.get("event") == "trained"] +
+                      [(t, 1, "row", r) for t, r in timed_rows if owner(r, t) == attempt.attempt], key=lambda m: m[:2])
         cursor, groups = attempt.start, 0
         launched = next((e["time"] for e in mine if e.get("event") == "launch"), None)
-        for at, _, record in walk:
+        for at, _, kind, record in walk:
             at = min(max(at, cursor), attempt.end)
-            if record.get("event") == "start":
+            if kind == "start":
                 # The group's restore and resize are recorded just before its start (raytrain.worker.session).
-                restored = [e for e in mine if e.get("event") == "restored" and cursor <= e["time"] <= at]
+                written = max(record["time"], at)
+                restored = [e for e in mine if e.get("event") == "restored" and cursor <= e["time"] <= written]
                 restore = min(_seconds(restored[-1].get("restore_s")) if restored else 0.0, at - cursor)
-                resized = any(e.get("event") == "resize" and cursor <= e["time"] <= at for e in mine)
+                resized = any(e.get("event") == "resize" and cursor <= e["time"] <= written for e in mine)
                 gap = "startup" if groups == 0 else "resize" if resized else "recovery"
                 intervals += [(cursor, at - restore, gap), (at - restore, at, "restore")]
                 if groups == 0:
                     phases[attempt.attempt] = _phases(cursor, at - restore, [
                         launched, float(record["began"]) if _number(record.get("began")) else None])
                 groups += 1
-            elif record.get("event") == "trained":
+            elif kind == "trained":
                 # The last checkpoint ends just before `trained`: at the tail, so that when a rerun dropped the rows
                 # before it (progress lost) the checkpoint still sits where it ran, after them
                 intervals += _split(cursor, at, [], "stopping", tail=("checkpoint", _seconds(record.get("checkpoint_s"))))
-            else:
-                timing = record["timing"]
+            else:  # a row, or a group's end at a step whose checkpoint the next one resumes from
+                timing = record.get("timing") if isinstance(record.get("timing"), dict) else {}
                 intervals += _split(cursor, at, [("checkpoint", _seconds(timing.get("checkpoint_s"))),
                                                  ("data", _seconds(timing.get("data_s")))], "training",
                                     tail=("evaluation", _seconds(timing.get("val_s"))))
-                segments.append(at - cursor)
+                if kind == "row":  # a whole epoch's (a part of one would skew the pace)
+                    segments.append(at - cursor)
             marks.append(at)
             cursor = at
         if rows and not timed_rows:

@@ -37,6 +37,9 @@ replaced, in that worker process only and before the function's module is import
   The newest is verified (its files' hashes) by rank 0 when the worker group starts; a damaged one is skipped with
   a warning, falling back to the one before.
 
+While the function runs, its loaders' iteration is timed for goodput (raytrain.worker.loadertiming): each row's data
+wait and evaluation, and its first batch, where its group's start-up ends.
+
 What differs from TorchTrainer: Ray Train's own checkpoint storage is not used (raytrain commits the files into
 STORAGE/NAME; `checkpoint_dir_name`, upload modes and `validation` are not passed on); a stop acts at a report, not
 at a step; metrics.jsonl keeps rank 0's metrics. Resume rules: the loop section (or the function, as an attribute)
@@ -60,6 +63,7 @@ from raytrain.parallel import collectives
 from raytrain.rundir import runrecords
 from raytrain.spec import loops
 from raytrain.spec.loops import TRAIN_LOOP_CONFIG
+from raytrain.worker import loadertiming
 
 # Typed loosely: config.py and session.py import this module (RunConfig, raytrain.worker.session.Session).
 RunConfig = Session = Any
@@ -172,11 +176,12 @@ class Bridge:
                "resumed_from_epoch": session.resumed_from_epoch}
         if session.is_rank_zero:
             self._drop_repeated(row)
-            # The time and the checkpoint commits since the last row (goodput); what the function spends waiting
-            # on data or evaluating is its own, counted as training.
-            session.records.append_metrics({**row, "timing": {"time": round(time.time(), 3),
-                                                              "checkpoint_s": round(session._checkpoint_s, 3)}})
-        session._checkpoint_s = 0.0
+            # Goodput's split of the time since the last row: the checkpoint commits, and the function's data wait
+            # and evaluation (its loaders' iteration, raytrain.worker.loadertiming)
+            session.records.append_metrics({**row, "timing": {
+                "time": round(time.time(), 3), "data_s": round(session._data_s, 3),
+                "val_s": round(session._val_s, 3), "checkpoint_s": round(session._checkpoint_s, 3)}})
+        session._data_s = session._val_s = session._checkpoint_s = 0.0
         self.reports += 1
         telemetry = getattr(session, "telemetry", None)
         if telemetry is not None:
@@ -197,7 +202,7 @@ class Bridge:
         if decision.ending is Ending.LEASE_LOST:
             raise AttemptEnded(Ending.LEASE_LOST, decision.reason or "the lease was lost")
         if decision.ending is not None:
-            session._end(decision.ending, decision.reason or "stop requested")
+            session._end(decision.ending, decision.reason or "stop requested", saved=committed is not None)
 
     def _drop_repeated(self, row: dict) -> None:
         """Rank 0, before a row is appended: a function that reports a position the run's rows already hold (it
@@ -380,7 +385,8 @@ def run(cfg: RunConfig, session: Session) -> Any:
         loop_config = dict(cfg.loop.kwargs.get(TRAIN_LOOP_CONFIG) or {})
         parameters = loops.positional_parameters(target)
         try:
-            result = target(loop_config) if parameters else target()
+            with loadertiming.timing(session):
+                result = target(loop_config) if parameters else target()
         except Exception:
             _bridge.announce_failed_start()
             raise

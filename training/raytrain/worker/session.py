@@ -101,6 +101,9 @@ class Session(ABC):
         # Seconds since the last metrics row spent waiting on the training loader, in validation and blocked in
         # checkpoint saves: the row's `timing`, which raytrain.rundir.goodput splits the run's time by.
         self._data_s = self._val_s = self._checkpoint_s = 0.0
+        # A Ray Train function's first batch (time.time()), whose group start is recorded later, at its first report:
+        # the start event carries it, where goodput's start-up ends (raytrain.worker.loadertiming)
+        self.first_batch_at: Optional[float] = None
         # What restore() or report() was given: what a mid-epoch checkpoint saves.
         self._tracked: Optional[tuple[Any, Any, dict]] = None
         self._steps: Any = None  # raytrain.worker.stepcontrol.StepControl, made by start()
@@ -146,9 +149,10 @@ class Session(ABC):
                 # An elastic run's resize (or a resubmission at another size): a mark in `raytrain report`.
                 self.records.append_event("resize", previous=before[-1], workers=self.world_size,
                                           epoch=self.resumed_from_epoch or 0, step=self._resume_step)
+            first_batch = {} if self.first_batch_at is None else {"first_batch": round(self.first_batch_at, 3)}
             self.records.append_event("start", start_epoch=start, resumed_from_epoch=self.resumed_from_epoch,
                                       resumed_at_step=self._resume_step, world_size=self.world_size,
-                                      began=round(self.began, 3), attempt=self.records.token)
+                                      began=round(self.began, 3), attempt=self.records.token, **first_batch)
         self._started(start)
         self._epoch_samples, self._epoch_began = 0, time.perf_counter()
 
@@ -278,15 +282,21 @@ class Session(ABC):
         decision = self._steps.decide()
         if decision.ending is Ending.LEASE_LOST:
             raise AttemptEnded(Ending.LEASE_LOST, decision.reason)
-        if decision.checkpoint and self._tracked is not None:
+        saved = decision.checkpoint and self._tracked is not None
+        if saved:
             model, optimizer, stateful = self._tracked
             self._checkpoint(Position(epoch - 1, micro), model, optimizer, stateful)
         if decision.ending is not None:
-            self._end(decision.ending, decision.reason)
+            self._end(decision.ending, decision.reason, saved=saved)
 
-    def _end(self, ending: Ending, reason: str) -> None:
+    def _end(self, ending: Ending, reason: str, saved: bool = False) -> None:
+        """End the group or attempt; `saved`: at a step whose checkpoint was just taken, which the next group
+        resumes from."""
         reaction = REACTIONS[ending]
         self.wait_for_checkpoint()  # the checkpoint just taken commits before the attempt (or group) ends
+        if saved and self.is_rank_zero:
+            # What was trained since the last row is kept, not trained again: goodput's mark (a row's timing)
+            self.records.append_event("progress_saved", timing=self._timing(), attempt=self.records.token)
         if reaction.event is not None and self.is_rank_zero:
             self.records.append_event(reaction.event, message=reason)
         if reaction.group == "holds":
@@ -405,7 +415,7 @@ class Session(ABC):
             if decision.ending is not None:
                 if not checkpointed:
                     self._checkpoint(Position(epoch), model, optimizer, stateful)
-                self._end(decision.ending, decision.reason)
+                self._end(decision.ending, decision.reason, saved=True)
 
     def _timing(self) -> dict:
         """What the segment of time since the previous metrics row (or the group's start) held besides training:
