@@ -183,3 +183,33 @@ def test_a_run_that_fails_every_retry_exits_with_one_paragraph_and_why_names_the
     first = json.loads(run("why", str(tmp_path / "runs" / "linear"), "--json").stdout)["attempts"][0]
     assert first["first_failure"]["rank"] == 1 and first["first_failure"]["node_ip"]
     assert all(f["rank"] != 1 for f in first["later_failures"])
+
+
+def test_a_rank_killed_by_a_signal_is_named_by_why_from_the_drivers_record(ray_head, tmp_path):
+    """Rank 1's process is SIGKILLed at its first batch, as the OOM killer kills one, and the run has no retry. The
+    rank records nothing; Ray Train's health check finds its process dead and the driver records it
+    (raytrain.driver.workerdeaths): `raytrain why` names rank 1 first, with Ray's cause and where it ran, and the
+    ranks whose collectives broke with it after it."""
+    (tmp_path / "killed_model.py").write_text(
+        "import os\nimport signal\n\nimport ray.train\nfrom torch import nn\n\n\n"
+        "class KilledOnRank1(nn.Module):\n"
+        "    def __init__(self, in_features: int, hidden: int, out_features: int):\n"
+        "        super().__init__()\n"
+        "        self.linear = nn.Linear(in_features, out_features)\n\n"
+        "    def forward(self, x):\n"
+        "        if x.abs().max().item() >= 0 and ray.train.get_context().get_world_rank() == 1:\n"
+        "            print('rank 1 is about to be killed', flush=True)\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        return self.linear(x)\n")
+    run_dir = tmp_path / "runs" / "linear"
+    done = subprocess.run([*RAYTRAIN, "run", "linear", "--storage", str(tmp_path / "runs"), "--address",
+                           ray_head.address, "--set", "model._component_=killed_model.KilledOnRank1",
+                           "--set", "run.max_failures=0"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    why = run("why", str(run_dir), timeout=120)
+    assert why.returncode == 0, why.stderr
+    assert "first failure: rank 1 of 3 (node " in why.stdout and "its process died or stopped answering" in \
+        why.stdout and "The actor is dead because its worker process has died" in why.stdout, why.stdout
+    first = json.loads(run("why", str(run_dir), "--json").stdout)["attempts"][0]["first_failure"]
+    assert first["died"] and first["node_ip"] and first["pid"] and "ActorDiedError" in first["type"], first
+    print(why.stdout)

@@ -83,6 +83,23 @@ def two_ranks_raise_at_different_times(run_dir: Path) -> None:
     result(run_dir, 1, "failed", error="training failed")
 
 
+def a_rank_killed_and_found_by_the_health_check(run_dir: Path) -> None:
+    """Rank 1's process SIGKILLed at T0 + 10: the others' collectives fail at once (their own records), the driver's
+    health check finds it 1.5 s later (raytrain.driver.workerdeaths: Ray's error, the place Ray Train started it)."""
+    claim(run_dir, 1, T0)
+    event(run_dir, "start", T0 + 1, attempt=1, world_size=3)
+    log(run_dir, 1, 1, "rank 1 epoch 1\nrank 1 loading a huge batch\n")
+    failure(run_dir, 1, 0, T0 + 10.1, RuntimeError("Connection closed by peer [10.0.0.2]:5000"))
+    failure(run_dir, 1, 2, T0 + 10.2, RuntimeError("Connection closed by peer [10.0.0.2]:5000"))
+    died = workerlogs.failure_record(
+        1, 1, 3, RuntimeError("The actor died unexpectedly before finishing this task.\n\tclass_name: "
+                              "RayTrainWorker\nThe actor is dead because its worker process has died. Worker exit "
+                              "type: SYSTEM_ERROR Worker exit detail: killed by SIGKILL"),
+        node_ip="10.0.0.2", died={"hostname": "worker-1", "pid": 4242})
+    write(workerlogs.failure_path(run_dir, 1, 1), json.dumps({**died, "time": T0 + 11.5}))
+    result(run_dir, 1, "failed", error="training failed")
+
+
 def driver_killed_mid_attempt(run_dir: Path) -> None:
     claim(run_dir, 1, T0)
     event(run_dir, "start", T0 + 1, attempt=1, world_size=3)
@@ -132,6 +149,12 @@ CASES: list[tuple[Callable[[Path], None], list[tuple], list[str]]] = [
     (two_ranks_raise_at_different_times, [(1, "failed", 2, [0])],
      ["first failure: rank 2 of 3 (node 10.0.0.3", "ValueError: a bad batch", "then rank 0 of 3 (node 10.0.0.1",
       "+4.0 s: RuntimeError: the collective broke", "| line 99", "its last 20 line(s)"]),
+    (a_rank_killed_and_found_by_the_health_check, [(1, "failed", 1, [0, 2])],
+     ["first failure: rank 1 of 3 (node 10.0.0.2, host worker-1, pid 4242): its process died or stopped answering "
+      "(found by Ray Train's health check at", "RuntimeError: The actor died unexpectedly before finishing",
+      "\n    The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+      "detail: killed by SIGKILL\n", "| rank 1 loading a huge batch",
+      "then rank 0 of 3 (node 10.0.0.1", "as it died: RuntimeError: Connection closed by peer"]),
     (driver_killed_mid_attempt, [(1, "no result", None, [])],
      ["attempt 1: no result", "the driver was killed", "its lease has expired"]),
     (running, [(1, "running", None, [])], ["attempt 1: running", "renewed its lease"]),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional, TextIO
 
 from raytrain.checkpoint import checkpoints
-from raytrain.driver import dataprep, runtimeenv, scaleup
+from raytrain.driver import dataprep, runtimeenv, scaleup, workerdeaths
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import show_rows
@@ -201,6 +201,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
                     "elastic_resize_monitor_interval_s": s.elastic_resize_monitor_interval_s} if s.elastic else {}
     if s.elastic and lease_token and not loops.is_ray_train_loop(cfg):
         callbacks = (*callbacks, elastic.resize_checkpoint_callback(run_dir, lease_token, resize_timeout_s))
+    # A worker whose process dies records no failure of its own: the controller's health check finds it
+    callbacks = (*callbacks, workerdeaths.record_deaths_callback(run_dir, lease_token or 0))
     return TorchTrainer(
         worker_entry,
         train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],

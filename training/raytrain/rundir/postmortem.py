@@ -9,7 +9,10 @@ It joins, per attempt (the lease's fencing token, raytrain.rundir.lease):
 - its worker groups: the `start`, `drain` and `diverged` events of events.jsonl;
 - its ranks' failures: worker-logs/attempt-<N>-rank<R>.error.json (raytrain.rundir.workerlogs.record_failure), the
   earliest first (the rank that failed first, its node, exception and traceback), then the ranks that failed after
-  it; and the last lines that rank printed (its record's, else the end of worker-logs/attempt-<N>-rank<R>.log).
+  it; and the last lines that rank printed (its record's, else the end of worker-logs/attempt-<N>-rank<R>.log). A
+  rank whose process died is recorded by the driver when Ray Train's health check finds it (`died`,
+  raytrain.driver.workerdeaths): it counts as having failed DEATH_FOUND_WITHIN_S before that, so that the other
+  ranks' errors that followed from it (a collective whose peer is gone) come after it.
 
 Damaged records are named and skipped, bytes that are not UTF-8 replaced; nothing read here raises past `why`
 but NoRecords, for a path that holds no run.
@@ -33,6 +36,10 @@ LOG_LINES = workerlogs.TAIL_LINES
 TRACEBACK_LINES = 12
 RECORDS = (layout.CLAIMS_DIR, layout.RESULTS_HISTORY_FILE, layout.RESULT_FILE, layout.EVENTS_FILE,
            layout.WORKER_LOGS_DIR)
+# A rank whose process died is found by Ray Train's health check (every 2 s by default) and recorded by the driver
+# (raytrain.driver.workerdeaths): it died up to this long before its record's time, and the other ranks' errors
+# within that window (a collective whose peer is gone) followed from it
+DEATH_FOUND_WITHIN_S = 5.0
 SIGNALS = {"SIGTERM": "the pod was deleted or preempted, the job stopped, or the process was asked to end",
            "SIGINT": "Ctrl-C"}
 
@@ -72,7 +79,7 @@ def _read_failure(path: Path, attempt: int, rank: int, damaged: list[str]) -> Op
             "type": str(record.get("type") or "an unknown exception"), "message": str(record.get("message") or ""),
             "traceback": str(record.get("traceback") or ""),
             "last_lines": [str(line) for line in lines] if isinstance(lines, list) else [],
-            "record": str(path)}
+            "died": record.get("died") is True, "record": str(path)}
 
 
 def log_tail(path: Path, lines: int = LOG_LINES) -> list[str]:
@@ -160,7 +167,8 @@ def _attempt(number: int, claim: dict, result: Optional[dict], events: list[dict
             found = _read_failure(kinds["failure"], number, rank, damaged)
             if found is not None:
                 failures.append(found)
-    failures.sort(key=lambda f: (f["time"] is None, f["time"] or 0.0, f["rank"]))
+    failures.sort(key=lambda f: (f["time"] is None, (f["time"] or 0.0) - (DEATH_FOUND_WITHIN_S if f["died"] else 0),
+                                 f["rank"]))
     ending, explanation = _ending(number, result, events, lease, later)
     first = failures[0] if failures else None
     if first is not None:
@@ -222,6 +230,13 @@ def _failure_line(failure: dict) -> str:
     return f"rank {failure['rank']}{of}" + (f" ({where})" if where else "")
 
 
+def _death_cause(message: str) -> Optional[str]:
+    """The line of Ray's ActorDiedError that says why the process is gone (its exit type and detail: the OOM
+    killer, a signal, the node's loss), under its generic first line."""
+    lines = [line.strip() for line in message.splitlines()[1:]]
+    return next((_first_line(line, 500) for line in lines if "dead because" in line or "exit detail" in line), None)
+
+
 def _first_line(text: str, limit: int = 300) -> str:
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return line if len(line) <= limit else line[:limit] + "..."
@@ -248,10 +263,18 @@ def render(report: dict) -> str:
             out.append(f"  drained: {message}")
         first = attempt["first_failure"]
         if first is not None:
-            out.append(f"  first failure: {_failure_line(first)} at {_utc(first['time'])}")
+            if first["died"]:
+                out.append(f"  first failure: {_failure_line(first)}: its process died or stopped answering (found "
+                           f"by Ray Train's health check at {_utc(first['time'])})")
+            else:
+                out.append(f"  first failure: {_failure_line(first)} at {_utc(first['time'])}")
             out.append(f"    {first['type']}: {_first_line(first['message'])}")
-            trace = [line for line in first["traceback"].splitlines()
-                     if line.strip(" ^~")][-TRACEBACK_LINES:]  # no blank lines, no carets under the code
+            cause = _death_cause(first["message"]) if first["died"] else None
+            if cause:
+                out.append(f"    {cause}")
+            trace = [] if first["died"] else [  # a died rank's record is the driver's: no traceback of its own
+                line for line in first["traceback"].splitlines()
+                if line.strip(" ^~")][-TRACEBACK_LINES:]  # no blank lines, no carets under the code
             if trace:
                 out.append("    traceback (its end):")
                 out += [f"      {line}" for line in trace]
@@ -263,7 +286,8 @@ def render(report: dict) -> str:
                 out.append(f"    its whole log: {first['log']}")
             for later in attempt["later_failures"]:
                 after = f"+{later['time'] - first['time']:.1f} s" if _number(later["time"]) and \
-                    _number(first["time"]) else "later"
+                    _number(first["time"]) and later["time"] >= first["time"] else \
+                    "as it died" if first["died"] else "later"
                 out.append(f"  then {_failure_line(later)} {after}: {later['type']}: "
                            f"{_first_line(later['message'], 160)}")
         elif attempt["ending"] in (Ending.FAILED.value, "no result") and attempt["logs"]:

@@ -267,8 +267,10 @@ def type_name(error: BaseException) -> str:
 
 
 def failure_record(attempt: Optional[int], rank: int, world_size: int, error: BaseException, *,
-                   node_ip: Optional[str] = None, last_lines: Iterable[str] = ()) -> dict:
-    """What record_failure writes (every field bounded)."""
+                   node_ip: Optional[str] = None, last_lines: Iterable[str] = (),
+                   died: Optional[dict] = None) -> dict:
+    """What record_failure writes (every field bounded). `died`: a rank whose process died or stopped answering,
+    recorded by the driver: {"hostname", "pid"} of that process (not this one's), and the record says `died`."""
     try:
         trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     except Exception:  # noqa: BLE001 - an exception whose str() itself raises
@@ -277,14 +279,17 @@ def failure_record(attempt: Optional[int], rank: int, world_size: int, error: Ba
         message = str(error)
     except Exception:  # noqa: BLE001
         message = "(its message could not be formatted)"
-    return {"attempt": attempt or 0, "rank": rank, "world_size": world_size, "node_ip": node_ip,
-            "hostname": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "type": type_name(error),
+    who = {"hostname": socket.gethostname(), "pid": os.getpid()} if died is None else \
+        {"hostname": died.get("hostname"), "pid": died.get("pid"), "died": True}
+    return {"attempt": attempt or 0, "rank": rank, "world_size": world_size, "node_ip": node_ip, **who,
+            "time": time.time(), "type": type_name(error),
             "message": _cut(message, MAX_MESSAGE_CHARS), "traceback": _cut(trace, MAX_TRACEBACK_CHARS, keep_end=True),
             "last_lines": [_cut(line, MAX_LINE_CHARS) for line in list(last_lines)[-TAIL_LINES:]]}
 
 
 def record_failure(run_dir: Path, attempt: Optional[int], rank: int, world_size: int, error: BaseException, *,
-                   node_ip: Optional[str] = None, last_lines: Iterable[str] = ()) -> Optional[Path]:
+                   node_ip: Optional[str] = None, last_lines: Iterable[str] = (),
+                   died: Optional[dict] = None) -> Optional[Path]:
     """Record rank `rank`'s failure in attempt `attempt` (failure_path), unless the rank recorded one in this attempt
     already (its first stays). Returns the path written, or None. Never raises: a record that cannot be written is
     one line on this process's stderr, and the failure goes on to Ray Train as it would have."""
@@ -292,7 +297,7 @@ def record_failure(run_dir: Path, attempt: Optional[int], rank: int, world_size:
     try:
         if storage.size_of(path) > 0:
             return None
-        record = failure_record(attempt, rank, world_size, error, node_ip=node_ip, last_lines=last_lines)
+        record = failure_record(attempt, rank, world_size, error, node_ip=node_ip, last_lines=last_lines, died=died)
         storage.makedirs(path.parent)
         atomicfile.write_atomic(path, json.dumps(record, indent=1) + "\n")  # ASCII: surrogates escaped
         return path
