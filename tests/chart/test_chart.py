@@ -968,3 +968,121 @@ def test_a_teams_own_image_named_ray_carries_no_ray_version():
     doc = Doc("values.yaml", {"kind": "RayCluster", "metadata": {"name": "x"}})
     assert check_image_version(doc, "image", "registry.example/team/ray:1.2.0", "2.55.1") == []
     assert check_image_version(doc, "image", "docker.io/rayproject/ray:2.54.0-py311", "2.55.1")
+
+
+# ---------------------------------------------------------------------------------------------------- history server
+
+def collector(*env: tuple[str, str | dict], image: str = "quay.io/kuberay/collector:v1.7.0") -> dict:
+    """historyServer values: on, with the collector's image and env ((name, value or valueFrom) pairs)."""
+    return {"historyServer": {"enabled": True, "collector": {"image": image, "env": [
+        {"name": name, **({"valueFrom": value} if isinstance(value, dict) else {"value": value})}
+        for name, value in env]}}}
+
+
+S3_COLLECTOR = collector(("STORAGE_BACKEND", "S3"), ("S3_REGION", "us-east-1"), ("S3_BUCKET", "ray-history"),
+                         ("AWS_ACCESS_KEY_ID", {"secretKeyRef": {"name": "history-s3", "key": "id"}}))
+
+
+def test_the_history_server_collector_is_off_by_default_and_on_renders_kuberays_options():
+    """Issue 38: where KubeRay's history server is the user's choice, the chart can ask the operator for its
+    collector (spec.historyServerOptions; KubeRay v1.7.0 pod.go adds it to every pod); raytrain's own post-mortem
+    needs none of it. The collector's resources are the chart's shape (requests = limits); NOTES says which gate the
+    operator needs and that `raytrain why` does not."""
+    for values_name in VALUES_FILES:
+        [cluster] = by_kind(render(values_name), "RayCluster")
+        assert "historyServerOptions" not in cluster["spec"]
+    [cluster] = by_kind(render(**S3_COLLECTOR), "RayCluster")
+    options = cluster["spec"]["historyServerOptions"]["collectorOptions"]
+    assert options["image"] == "quay.io/kuberay/collector:v1.7.0" and options["imagePullPolicy"] == "IfNotPresent"
+    assert options["resources"] == {"requests": {"cpu": "200m", "memory": "256Mi"},
+                                    "limits": {"cpu": "200m", "memory": "256Mi"}}
+    assert options["env"] == S3_COLLECTOR["historyServer"]["collector"]["env"]
+    text = notes(**S3_COLLECTOR)
+    assert "RayClusterHistoryServer" in text and "STORAGE_BACKEND S3" in text and "raytrain why" in text, text
+    assert "-c ray-history-collector" in text and "RayClusterHistoryServer" not in notes()
+    # On object storage the pod's disk is bounded: the ray-logs volume KubeRay mounts at /tmp/ray is the chart's, sized
+    [cluster] = by_kind(render(**S3_VALUES, **S3_COLLECTOR), "RayCluster")
+    for _, group in groups(cluster):
+        volumes = {v["name"]: v for v in group["template"]["spec"]["volumes"]}
+        assert volumes["ray-logs"] == {"name": "ray-logs", "emptyDir": {"sizeLimit": volumes["tmp"]["emptyDir"]["sizeLimit"]}}
+        assert not [m for c in group["template"]["spec"]["containers"] for m in c.get("volumeMounts", [])
+                    if m["name"] == "ray-logs"]  # KubeRay mounts it (pod.go addEmptyDir reuses it by name)
+    [cluster] = by_kind(render(**S3_COLLECTOR), "RayCluster")
+    assert not [v for _, g in groups(cluster) for v in g["template"]["spec"].get("volumes", []) if v["name"] == "ray-logs"]
+
+
+HISTORY_SERVER_BAD = [
+    ({"historyServer": {"enabled": True}}, ["historyServer.enabled needs historyServer.collector.image",
+                                            "no STORAGE_BACKEND with a literal value"]),
+    (collector(("STORAGE_BACKEND", {"configMapKeyRef": {"name": "c", "key": "k"}}), ("S3_REGION", "x")),
+     ["no STORAGE_BACKEND with a literal value (KubeRay reads no valueFrom for it)"]),
+    (collector(("STORAGE_BACKEND", "S3"), ("S3_REGION", "x"), ("POD_IP", "1.2.3.4"), ("EVENTS_PORT", "1")),
+     ["sets POD_IP, which KubeRay sets", "sets EVENTS_PORT, which KubeRay sets"]),
+    (collector(("STORAGE_BACKEND", "ftp")), ['STORAGE_BACKEND "FTP" is none the collector knows']),
+    (collector(("STORAGE_BACKEND", "s3")), ["STORAGE_BACKEND S3 needs S3_REGION", "STORAGE_BACKEND S3 needs S3_BUCKET"]),
+    (collector(("STORAGE_BACKEND", "S3"), ("S3_REGION", "x")), ["needs S3_BUCKET (without it the collector writes to a "
+                                                                "bucket named ray-historyserver"]),
+    ({**S3_COLLECTOR, "head": {"rayStartParams": {"num-cpus": "0", "temp-dir": "/data/ray"}}},
+     ["head.rayStartParams.temp-dir moves Ray's session out of /tmp/ray"]),
+    ({**S3_COLLECTOR, "worker": {"env": [{"name": "RAY_TMPDIR", "value": "/scratch"}]}},
+     ["worker.env sets RAY_TMPDIR, which moves Ray's session out of /tmp/ray"]),
+    ({**S3_COLLECTOR, "head": {"rayStartParams": {"num-cpus": "0", "dashboard-port": "8266"}}},
+     ["head.rayStartParams.dashboard-port moves the dashboard off 8265"]),
+    (collector(("STORAGE_BACKEND", "GCS"), ("GCS_BUCKET", "")), ["STORAGE_BACKEND GCS needs GCS_BUCKET"]),
+    (collector(("STORAGE_BACKEND", "AliyunOSS"), ("OSS_BUCKET", "b")),
+     ["ALIYUNOSS needs OSS_ENDPOINT", "ALIYUNOSS needs OSS_REGION"]),
+    (collector(("STORAGE_BACKEND", "AZUREBLOB")), ["AZUREBLOB needs AZURE_STORAGE_CONNECTION_STRING or"]),
+    (collector(("STORAGE_BACKEND", "AZUREBLOB"), ("AZURE_STORAGE_AUTH_MODE", "connection_string"),
+               ("AZURE_STORAGE_ACCOUNT_URL", "https://a")), ["AZUREBLOB needs AZURE_STORAGE_CONNECTION_STRING: add"]),
+    (collector(("STORAGE_BACKEND", "S3"), ("S3_REGION", "x"), image=""), ["needs historyServer.collector.image"]),
+    ({"historyServer": {"enabled": True, "collector": {"env": [{"value": "S3"}]}}}, ["/historyServer/collector/env/0"]),
+    ({"historyServer": {"collector": {"imagePullPolicy": "Sometimes"}}}, ["/historyServer/collector/imagePullPolicy"]),
+    ({"historyServer": {"enable": True}}, ["additional properties 'enable' not allowed"]),
+]
+
+
+@pytest.mark.parametrize("values, expected", HISTORY_SERVER_BAD, ids=[e[0] for _, e in HISTORY_SERVER_BAD])
+def test_history_server_values_kuberay_or_the_collector_would_refuse_fail_early(values, expected):
+    with pytest.raises(ChartError) as caught:
+        render_chart(CHART, (CHOSEN,), values)
+    for words in expected:
+        assert words in str(caught.value), str(caught.value)
+
+
+# KubeRay's collector rules: the chart's validateValues.historyServer and the validator's check_collector_options
+# (raytrain validate, on any RayCluster or RayJob) are one rule written twice, held together here. The chart also
+# refuses what KubeRay lets through and the collector then fails on: a backend it does not know (it exits at its
+# start), S3 without S3_BUCKET (a bucket named ray-historyserver, anyone's): above, not here.
+COLLECTOR_ENVS = [
+    [("STORAGE_BACKEND", "S3"), ("S3_REGION", "eu-west-1"), ("S3_BUCKET", "b")], [("STORAGE_BACKEND", "s3")],
+    [("STORAGE_BACKEND", "gcs"), ("GCS_BUCKET", {"secretKeyRef": {"name": "s", "key": "k"}})],
+    [("STORAGE_BACKEND", "GCS")], [("S3_REGION", "x")],
+    [("STORAGE_BACKEND", "ALIYUNOSS"), ("OSS_BUCKET", "b"), ("OSS_ENDPOINT", "e"), ("OSS_REGION", "r")],
+    [("STORAGE_BACKEND", "ALIYUNOSS"), ("OSS_BUCKET", "b"), ("OSS_ENDPOINT", "e")],
+    [("STORAGE_BACKEND", "AZUREBLOB"), ("AZURE_STORAGE_ACCOUNT_URL", "https://a")],
+    [("STORAGE_BACKEND", "AZUREBLOB"), ("AZURE_STORAGE_AUTH_MODE", " Workload_Identity "),
+     ("AZURE_STORAGE_CONNECTION_STRING", "c")],
+    [("STORAGE_BACKEND", "AZUREBLOB"), ("AZURE_STORAGE_AUTH_MODE", "default"), ("AZURE_STORAGE_ACCOUNT_URL", "u")],
+    [("STORAGE_BACKEND", "AZUREBLOB")],
+    [("STORAGE_BACKEND", "S3"), ("S3_REGION", "x"), ("S3_BUCKET", "b"), ("RAY_ROLE", "Head")],
+    [("STORAGE_BACKEND", {"configMapKeyRef": {"name": "c", "key": "k"}})],
+]
+
+
+@pytest.mark.parametrize("env", COLLECTOR_ENVS, ids=[str(i) for i in range(len(COLLECTOR_ENVS))])
+def test_the_chart_and_the_validator_agree_on_the_collectors_env(env):
+    from raytrain.validator.kuberay.gates import FeatureGates
+    from raytrain.validator.kuberay.raycluster import check_collector_options
+    from raytrain.validator.problems import Doc
+
+    values = collector(*env)
+    spec = {"historyServerOptions": {"collectorOptions": values["historyServer"]["collector"]}}
+    doc = Doc("values.yaml", {"kind": "RayCluster", "metadata": {"name": "x"}, "spec": spec})
+    refused_by_validator = bool(check_collector_options(doc, spec, "spec", {}, FeatureGates.parse("")))
+    try:
+        render_chart(CHART, (CHOSEN,), values)
+        refused_by_chart = False
+    except ChartError as caught:
+        assert "historyServer" in str(caught), str(caught)
+        refused_by_chart = True
+    assert refused_by_chart == refused_by_validator, (env, refused_by_chart)

@@ -446,3 +446,19 @@ STILL_VALID = [
 def test_manifests_the_cluster_takes_stay_valid(crd_dir, tmp_path, case, manifest, edits):
     path = _write_broken(tmp_path, manifest, edits)
     assert errors(validate_paths([path], crd_dir)) == []
+
+
+def test_the_charts_history_server_collector_validates_where_the_operator_has_its_gate(crd_dir, tmp_path):
+    """The chart's KubeRay history server collector (historyServer.enabled) against KubeRay v1.7.0's own rules: valid
+    with the operator's RayClusterHistoryServer gate on; without it, refused as the operator would (no pods)."""
+    from raytrain.validator.kuberay import FeatureGates
+
+    values = tmp_path / "history.yaml"
+    values.write_text(yaml.safe_dump({"historyServer": {"enabled": True, "collector": {
+        "image": "quay.io/kuberay/collector:v1.7.0",
+        "env": [{"name": "STORAGE_BACKEND", "value": "GCS"}, {"name": "GCS_BUCKET", "value": "ray-history"}]}}}))
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(yaml.safe_dump_all(render_chart(CHART, [CHOSEN, values])))
+    assert validate_paths([rendered], crd_dir, gates=FeatureGates.parse("RayClusterHistoryServer=true")) == []
+    [refused] = errors(validate_paths([rendered], crd_dir))
+    assert "historyServerOptions" in refused.field and "RayClusterHistoryServer" in refused.message, refused

@@ -317,6 +317,14 @@ spec:
     - name: tmp
       emptyDir:
         sizeLimit: {{ $os.tmpSizeLimit }}
+    {{- if $root.Values.historyServer.enabled }}
+    # With the history server's collector KubeRay mounts a volume named ray-logs at /tmp/ray in the Ray container and
+    # the collector, reusing one the pod already has (pod.go addEmptyDir): this one, so that Ray's session files and
+    # spilled objects stay within the pod's disk bound instead of an unbounded emptyDir.
+    - name: ray-logs
+      emptyDir:
+        sizeLimit: {{ $os.tmpSizeLimit }}
+    {{- end }}
     {{- end }}
     {{- if $gcsKey }}
     - name: gcs-credentials

@@ -6,7 +6,7 @@ where the image was pushed, where the shared volume comes from). `raytrain valid
 the heading "values to choose" when it checks the chart's own values files.
 */}}
 {{- define "raytrain.validateValues" -}}
-{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" "objectStorageUrl" "objectStorageSettings" "objectStorageIdentity" "serviceAccountName" "imagePrepullGroups" "imagePrepullPullPolicy" "imagePrepullGpuPlacement" }}
+{{- $checks := list "clusterName" "storageSources" "nfsServerAndPath" "imageRayVersion" "authRayVersion" "someWorkerGroup" "builtinGroupNames" "replicaBounds" "wholeCpus" "derivedRayStartParams" "shmFitsObjectStore" "scraperAdmitted" "preStopDrainMargin" "operatorPeer" "jobStopWait" "kueueOrBatchScheduler" "kueueAutoscaling" "kueuePodSets" "kueuePriorityNeedsQueue" "batchSchedulerValues" "objectStorageUrl" "objectStorageSettings" "objectStorageIdentity" "serviceAccountName" "imagePrepullGroups" "imagePrepullPullPolicy" "imagePrepullGpuPlacement" "historyServer" }}
 {{- $choices := list "imageRepository" "storageSource" }}
 {{- $messages := list }}
 {{- range $check := $checks }}
@@ -390,5 +390,62 @@ node the group's tolerations admit, CPU nodes included.
 {{- if and (gt (int $g.gpus) 0) (not $v.nodeSelector) (not $required) }}
 imagePrepull: {{ $g.key }} has no nodeSelector or required node affinity (its pods reach GPU nodes by their nvidia.com/gpu limit alone), so its DaemonSet, which requests no GPU, would pull the -gpu image onto every node its tolerations admit, CPU nodes included: set {{ $g.key }}.nodeSelector to your GPU nodes' label (GKE: cloud.google.com/gke-accelerator: <accelerator>; NVIDIA GPU Feature Discovery: nvidia.com/gpu.present: "true"), or --set imagePrepull.skipGroups={ {{- $g.name -}} }
 {{ end }}
+{{- end }}
+{{- end }}
+
+{{/* historyServer: what KubeRay v1.7.0 refuses in collectorOptions (utils/validation.go validateCollectorOptions,
+held together with the validator's check_collector_options by tests/chart), and a backend the collector does not
+know, which KubeRay lets through and the collector exits on at its start (historyserver/pkg/collector/registry.go). */}}
+{{- define "raytrain.validateValues.historyServer" -}}
+{{- $h := .Values.historyServer }}
+{{- if $h.enabled }}
+{{- if not $h.collector.image }}
+historyServer.enabled needs historyServer.collector.image, the collector KubeRay publishes with its release: e.g. --set historyServer.collector.image=quay.io/kuberay/collector:v1.7.0
+{{- end }}
+{{- $env := dict }}
+{{- range $h.collector.env }}{{ $_ := set $env .name . }}{{ end }}
+{{- range $name := list "POD_IP" "FQ_RAY_IP" "RAY_CLUSTER_NAME" "RAY_CLUSTER_NAMESPACE" "RAY_ROLE" "OWNER_KIND" "OWNER_NAME" "EVENTS_PORT" }}
+{{- if hasKey $env $name }}
+historyServer.collector.env sets {{ $name }}, which KubeRay sets on the collector itself and refuses from you: remove it
+{{- end }}
+{{- end }}
+{{- $has := dict }}
+{{- range $name, $var := $env }}{{ if or $var.value $var.valueFrom }}{{ $_ := set $has $name true }}{{ end }}{{ end }}
+{{- $backend := upper (toString (((get $env "STORAGE_BACKEND") | default dict).value | default "")) }}
+{{- $needs := list }}
+{{- if not $backend }}
+historyServer.collector.env has no STORAGE_BACKEND with a literal value (KubeRay reads no valueFrom for it): add {name: STORAGE_BACKEND, value: S3} (or GCS, AZUREBLOB, ALIYUNOSS) and what that backend needs
+{{- else if eq $backend "S3" }}{{ $needs = list "S3_REGION" "S3_BUCKET" }}
+{{- else if eq $backend "GCS" }}{{ $needs = list "GCS_BUCKET" }}
+{{- else if eq $backend "ALIYUNOSS" }}{{ $needs = list "OSS_BUCKET" "OSS_ENDPOINT" "OSS_REGION" }}
+{{- else if eq $backend "AZUREBLOB" }}
+{{- $mode := lower (trim (toString (((get $env "AZURE_STORAGE_AUTH_MODE") | default dict).value | default ""))) }}
+{{- if eq $mode "connection_string" }}{{ $needs = list "AZURE_STORAGE_CONNECTION_STRING" }}
+{{- else if or (eq $mode "workload_identity") (eq $mode "default") }}{{ $needs = list "AZURE_STORAGE_ACCOUNT_URL" }}
+{{- else if not (or (hasKey $has "AZURE_STORAGE_CONNECTION_STRING") (hasKey $has "AZURE_STORAGE_ACCOUNT_URL")) }}
+historyServer.collector.env: STORAGE_BACKEND AZUREBLOB needs AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_URL: add one of them
+{{- end }}
+{{- else }}
+historyServer.collector.env: STORAGE_BACKEND {{ $backend | quote }} is none the collector knows (it exits at its start): use S3, GCS, AZUREBLOB or ALIYUNOSS
+{{- end }}
+{{- range $name := $needs }}
+{{- if not (hasKey $has $name) }}
+historyServer.collector.env: STORAGE_BACKEND {{ $backend }} needs {{ $name }}{{ if eq $name "S3_BUCKET" }} (without it the collector writes to a bucket named ray-historyserver, a global name anyone may own){{ end }}: add it (a value, or valueFrom a Secret)
+{{- end }}
+{{- end }}
+{{- /* The collector finds Ray's session in /tmp/ray and the dashboard on 8265 (historyserver/pkg/utils); elsewhere it
+exits after a minute, its pod stays NotReady, and a clusterSelector RayJob waits for a ready cluster forever. */}}
+{{- range $g := (include "raytrain.rayGroups" . | fromJson).groups }}
+{{- $params := default dict $g.values.rayStartParams }}
+{{- if hasKey $params "temp-dir" }}
+{{ $g.key }}.rayStartParams.temp-dir moves Ray's session out of /tmp/ray, where KubeRay's history server collector looks for it: remove it, or set historyServer.enabled=false
+{{- end }}
+{{- range $g.values.env }}{{ if has .name (list "TMPDIR" "RAY_TMPDIR") }}
+{{ $g.key }}.env sets {{ .name }}, which moves Ray's session out of /tmp/ray, where KubeRay's history server collector looks for it: remove it, or set historyServer.enabled=false
+{{- end }}{{ end }}
+{{- end }}
+{{- if hasKey (default dict .Values.head.rayStartParams) "dashboard-port" }}
+head.rayStartParams.dashboard-port moves the dashboard off 8265, where KubeRay's history server collector asks it for its node: remove it, or set historyServer.enabled=false
+{{- end }}
 {{- end }}
 {{- end }}
