@@ -59,7 +59,9 @@ def test_an_elastic_run_shrinks_on_a_deleted_pod_and_grows_back_losing_no_step(t
     events = checks.read_jsonl(directory / "events.jsonl")
     starts = [e for e in events if e["event"] == "start"]
     assert [s["world_size"] for s in starts] == [3, 2, 3], \
-        f"expected groups of 3, 2, 3 workers (did the run end before the pod came back?): {starts}"
+        f"expected groups of 3, 2, 3 workers (did the run end before the pod came back?): {starts}\n" + \
+        "\n".join(json.dumps(e) for e in events if e["event"] not in ("start",)) + "\n" + \
+        "\n".join(line for line in output.splitlines() if "raytrain" in line.lower() or "pod" in line)[-6000:]
     assert [(e["previous"], e["workers"]) for e in events if e["event"] == "resize"] == [(3, 2), (2, 3)]
     restored = [e for e in events if e["event"] == "restored"]
     assert len(restored) == 2, restored
