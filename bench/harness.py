@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, TextIO, TypeVar
 
-ALL_PARTS = ("p1", "p2", "p1core", "ckptread", "p3", "p4", "p5", "scaling", "gpu")
+ALL_PARTS = ("p1", "p2", "p1core", "ckptread", "p3", "p4", "p5", "scaling", "shrink", "gpu")
 TARGETS = {"p1_ratio": 0.97, "p2_wait_share": 0.05, "p3_running_s": 8.0, "p4_next_step_s": 10.0, "p1core_ratio": 0.97,
-           "ckptread_ratio": 2.0, "p5_blocked_ratio": 0.10}
+           "ckptread_ratio": 2.0, "p5_blocked_ratio": 0.10, "shrink_s": 15.0}
 RESULTS_FILE = "results.json"
 # The directory that holds the bench package (it is not installed): processes and jobs started by the benchmark
 # get it on their import path, or a copy of the package in their working dir.
@@ -61,6 +61,19 @@ def interleaved(rounds: int, sides: dict[str, Callable[[int], T]],
         if after_round is not None:
             after_round(r, results)
     return results
+
+
+def logged_rounds(rounds: int, sides: Iterable[str], one_round: Callable[[int, str], dict],
+                  log: Callable[[str], None], part: str) -> dict[str, list[dict]]:
+    """interleaved() over sides whose rounds each return a row (a dict with a "side"), each row logged as a line."""
+    def side(name: str) -> Callable[[int], dict]:
+        def one(r: int) -> dict:
+            row = one_round(r, name)
+            log(f"{part} round {r + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "side"))
+            return row
+        return one
+
+    return interleaved(rounds, {name: side(name) for name in sides})
 
 
 def summary(values: Iterable[Optional[float]]) -> dict:

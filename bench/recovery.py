@@ -11,7 +11,7 @@ from typing import Callable
 
 from bench.cluster import (FAILURE_DECIDED, FollowedJob, NodeDeletion, controller_log_time, first_step_time,
                            kill_training_node, probe_file, run_started, steps_lost, timed_job_dir, trained_steps)
-from bench.harness import TARGETS, BenchSettings, figure, interleaved, summary
+from bench.harness import TARGETS, BenchSettings, figure, logged_rounds, summary
 
 SIDES = ("kill", "delete")
 CHECKPOINT_EVERY_EPOCHS = 1
@@ -94,14 +94,7 @@ def past_half_of_epoch(run_dir: Path, epoch: int) -> bool:
 
 def bench_recovery(cluster, s: BenchSettings, work: Path, log: Callable[[str], None]) -> list[dict]:
     """p4: the two sides interleaved, each round one run per side."""
-    def side(name: str) -> Callable[[int], dict]:
-        def one(r: int) -> dict:
-            row = p4_round(cluster, s, work, r, name)
-            log(f"p4 round {r + 1} {name}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "side"))
-            return row
-        return one
-
-    results = interleaved(s.rounds, {name: side(name) for name in SIDES})
+    results = logged_rounds(s.rounds, SIDES, lambda r, name: p4_round(cluster, s, work, r, name), log, "p4")
     return recovery_figures(results["kill"], results["delete"])
 
 

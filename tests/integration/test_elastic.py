@@ -23,12 +23,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = 24000  # ~3.5 s an epoch on 3 workers here
-EPOCHS = 20  # long enough to outlast the two resizes (about 80 s, see PENDING_S), with epochs left after them
-# Ray Train restarts the drained group at once, still counting the deleted node (its AutoscalingCoordinator looks
-# at the nodes every 20 s) and gives that start up after RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S (30 s for elastic
-# runs: raytrain.worker.elastic): then it starts on 2. The recreated pod stays Pending longer than that, so the run trains
-# on 2 for a while before it grows back.
-PENDING_S = 45
+EPOCHS = 20  # long enough to outlast the shrink and the grow (about 45 s, see PENDING_S), with epochs left after them
+# raytrain's controller callback has Ray's AutoscalingCoordinator leave the drained node out at once
+# (raytrain.worker.elastic): the run goes on on 2 workers within seconds of the deletion. The recreated pod stays
+# Pending for this long, so that the run trains on 2 for a while before it grows back.
+PENDING_S = 20
 
 
 def test_an_elastic_run_shrinks_on_a_deleted_pod_and_grows_back_losing_no_step(tmp_path, monkeypatch):
@@ -75,12 +74,16 @@ def test_an_elastic_run_shrinks_on_a_deleted_pod_and_grows_back_losing_no_step(t
     # the controller once rank 0 answered), and the 3-worker group started from exactly that checkpoint.
     [resizing] = [e for e in events if e["event"] == "resizing"]
     assert resizing["workers"] == 3 and resizing["checkpoint"] == restored[1]["checkpoint"], (resizing, restored)
+    # No warning: among them a group start that failed (raytrain.worker.elastic records Ray Train's start timeout),
+    # as the restart after the drain did while Ray's AutoscalingCoordinator still counted the drained node
     assert not [e for e in events if e["event"] == "warning"], events
     checks.assert_run_completed(directory, EPOCHS)
     samples = [row["samples"] for row in checks.read_jsonl(directory / "metrics.jsonl")]
     assert samples == [SAMPLES] * EPOCHS, samples  # every sample once an epoch, across both resizes
-    for name in ("resize-request.json", "resize-held.json"):  # emptied after the resize, never deleted (NFS)
-        assert json.loads((directory / name).read_text()) == {"id": None}
+    # Emptied after the resize, never deleted (NFS); the loop's end left its standing answer (elastic.FINISHED)
+    assert json.loads((directory / "resize-request.json").read_text()) == {"id": None}
+    held = json.loads((directory / "resize-held.json").read_text())
+    assert held == {"id": None} or (held["id"], held["ending"]) == ("finished", "finished"), held
 
     # Goodput (issue 38): nothing trained again; each resize's time is its gap, from the group's end at a step
     # (its checkpoint kept: the drain's, then the grow's) to the new group's restore; nothing counts as recovery

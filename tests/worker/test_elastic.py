@@ -115,12 +115,29 @@ def test_a_group_that_ends_another_way_answers_an_open_request_with_its_ending(t
     session.rank = rank
     elastic.prepare(session.run_dir)
     session._resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
-    session.answer_resize("finished")  # no request open: nothing to answer
+    session.answer_resize("stopped")  # no request open: nothing to answer
     assert json.loads((session.run_dir / layout.RESIZE_HELD_FILE).read_text()) == {"id": None}
     request_id = elastic.request(session.run_dir, 3, 2)
     session.answer_resize("stopped")
     held = elastic.answered(session.run_dir, request_id)
     assert (held is not None and held["ending"] == "stopped") == answered  # rank 0 alone answers
+
+
+def test_once_the_loop_returned_every_later_request_of_the_attempt_is_answered_finished(tmp_path):
+    """Rank 0 lingers after its loop (telemetry) and Ray Train may decide a resize then: the controller must not
+    wait out its timeout for a checkpoint no loop will take."""
+    cfg = config(tmp_path, "train.epochs=1", "scaling.num_workers=[1, 2]")
+    session = session_for(cfg, token=3)
+    elastic.prepare(session.run_dir)
+    session._resize_requested = lambda: elastic.pending(session.run_dir, 3, 1)
+    session.answer_resize(elastic.FINISHED)  # before any request
+    later = elastic.request(session.run_dir, 3, 2)
+    held = elastic.wait_answered(session.run_dir, later, timeout_s=5, poll_s=0.05, attempt=3)
+    assert held is not None and held["ending"] == "finished" and held["attempt"] == 3
+    assert elastic.answered(session.run_dir, later, attempt=4) is None  # another attempt's request: not answered
+    assert elastic.answered(session.run_dir, later) is None  # nor one asked without its attempt
+    elastic.clear(session.run_dir)
+    assert elastic.answered(session.run_dir, later, attempt=3) is None  # a resize clears it
 
 
 def test_a_fenced_request_is_refused_once_a_newer_attempt_holds_the_run(tmp_path):
@@ -160,3 +177,61 @@ def test_rank_zeros_running_sums_are_rescaled_when_a_resume_changes_the_worker_c
     loaded = EpochStats(workers=2)
     loaded.load_state_dict(old)
     assert loaded.samples == 8.0
+
+
+def test_the_coordinator_callback_refreshes_at_restarts_and_every_few_seconds_and_records_a_failed_start(
+        tmp_path, monkeypatch):
+    """The callback's policy, in milliseconds: the coordinator call itself runs against a real cluster in
+    tests/integration/test_rayinternals.py."""
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+    from ray.train.v2._internal.execution.controller.state import (
+        ReschedulingState,
+        RestartingState,
+        RunningState,
+    )
+    from ray.train.v2.api.exceptions import ControllerError
+
+    from raytrain.platform import rayinternals
+
+    calls: list[bool] = []
+    monkeypatch.setattr(rayinternals, "refresh_autoscaling_coordinator",
+                        lambda skip_draining=True: calls.append(skip_draining) or 2)
+    monkeypatch.setattr(elastic, "COORDINATOR_REFRESH_S", 3600.0)
+    elastic.prepare(tmp_path)
+    callback = elastic.coordinator_callback(tmp_path, 3)
+    callback.after_controller_start(None)
+    callback.after_controller_state_update(RunningState(), RunningState())  # refreshed just now: not again
+    assert calls == [True]
+    began = time.monotonic()
+    callback.after_controller_state_update(RunningState(), RestartingState(training_failed_error=None))
+    assert calls == [True, True] and time.monotonic() - began >= 0.9  # the policy's 1 s cache waited out
+    assert not [e for e in runrecords.read_events(tmp_path) if e["event"] == "warning"]
+    failed = ReschedulingState(training_failed_error=ControllerError(WorkerGroupStartupTimeoutError(3)))
+    callback.after_controller_state_update(RunningState(), failed)
+    assert calls == [True, True, True]
+    [warning] = [e for e in runrecords.read_events(tmp_path) if e["event"] == "warning"]
+    assert warning["message"].startswith("Ray Train could not start the worker group (The worker group startup "
+                                         "timed out after") and warning["attempt"] == 3, warning
+
+    # RAYTRAIN_ELASTIC_REFRESH_COORDINATOR=0: Ray's own view put back once, then nothing; a failed start recorded
+    calls.clear()
+    off = elastic.coordinator_callback(tmp_path, 3, refresh=False)
+    off.after_controller_start(None)
+    off.after_controller_state_update(RunningState(), RestartingState(training_failed_error=None))
+    off.after_controller_state_update(RunningState(), failed)
+    assert calls == [False]
+    assert len([e for e in runrecords.read_events(tmp_path) if e["event"] == "warning"]) == 2
+
+
+def test_a_coordinator_that_cannot_be_reached_never_fails_the_controller(tmp_path, caplog):
+    """Outside Ray there is no coordinator to reach: the callback warns once and goes on (and starts no Ray)."""
+    import ray
+    from ray.train.v2._internal.execution.controller.state import RunningState
+
+    callback = elastic.coordinator_callback(tmp_path, 3)
+    callback.after_controller_start(None)
+    callback.refreshed = float("-inf")
+    callback.after_controller_state_update(RunningState(), RunningState())
+    warned = [r.getMessage() for r in caplog.records if "AutoscalingCoordinator" in r.getMessage()]
+    assert len(warned) == 1 and "not connected to a Ray cluster" in warned[0], warned
+    assert not ray.is_initialized()

@@ -11,6 +11,8 @@ Environment it reads:
   RAYTRAIN_STOP_GRACE_S   run: seconds a stopping driver waits for its workers' last checkpoint (default 20)
   RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S  run, an elastic config: seconds Ray Train's resize waits for the running
                           group's checkpoint (default 120; raytrain.worker.elastic)
+  RAYTRAIN_ELASTIC_REFRESH_COORDINATOR  run, an elastic config: 0 leaves Ray's AutoscalingCoordinator as Ray made
+                          it (a restart after a drain then waits for its 20 s look at the nodes; default 1)
   RAYTRAIN_EMULATE_MAX_WORKER_NODES  emulate: the most worker nodes started (default one per CPU, at least 2)
   RAY_TMPDIR              drain, when --temp-dir is not given: the `ray start --temp-dir` of the node to drain
 
@@ -162,7 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return finished
     cfg = _load(args)
     trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job(),
-                         resize_timeout_s=_seconds_env("RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S", CHECKPOINT_TIMEOUT_S))
+                         resize_timeout_s=_seconds_env("RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S", CHECKPOINT_TIMEOUT_S),
+                         refresh_coordinator=os.environ.get("RAYTRAIN_ELASTIC_REFRESH_COORDINATOR", "1") != "0")
     return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 

@@ -186,7 +186,7 @@ def root_cause(err: BaseException) -> str:
 
 def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
                   lease_token: Optional[int] = None, on_cluster: bool = False,
-                  resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S):
+                  resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S, refresh_coordinator: bool = True):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
     `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.rundir.lease) whose
     workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics)."""
@@ -201,6 +201,8 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
                     "elastic_resize_monitor_interval_s": s.elastic_resize_monitor_interval_s} if s.elastic else {}
     if s.elastic and lease_token and not loops.is_ray_train_loop(cfg):
         callbacks = (*callbacks, elastic.resize_checkpoint_callback(run_dir, lease_token, resize_timeout_s))
+    if s.elastic:  # a restart after a drain starts on the nodes left at once (raytrain.worker.elastic)
+        callbacks = (*callbacks, elastic.coordinator_callback(run_dir, lease_token, refresh=refresh_coordinator))
     # A worker whose process dies records no failure of its own: the controller's health check finds it
     callbacks = (*callbacks, workerdeaths.record_deaths_callback(run_dir, lease_token or 0))
     return TorchTrainer(
@@ -259,7 +261,8 @@ class RayTrainer:
 
     def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: Optional[TextIO] = None,
                  in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
-                 per_worker: Optional[dict] = None, resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S):
+                 per_worker: Optional[dict] = None, resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S,
+                 refresh_coordinator: bool = True):
         """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
         trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None)."""
         self.cfg, self.address = cfg, address
@@ -267,6 +270,7 @@ class RayTrainer:
         self.in_submitted_job, self.callbacks = in_submitted_job, callbacks
         self.owns_ray, self.per_worker = owns_ray, per_worker
         self.resize_timeout_s = resize_timeout_s  # an elastic run's wait for the checkpoint before a resize
+        self.refresh_coordinator = refresh_coordinator  # see raytrain.worker.elastic.coordinator_callback
         self.embedded_ray = owns_ray and not address
 
     def train(self, records: runrecords.Records) -> None:
@@ -283,7 +287,8 @@ class RayTrainer:
         if cfg.scaling.elastic:
             elastic.prepare(run_dir, records.control)
         trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
-                                on_cluster=self.address is not None, resize_timeout_s=self.resize_timeout_s)
+                                on_cluster=self.address is not None, resize_timeout_s=self.resize_timeout_s,
+                                refresh_coordinator=self.refresh_coordinator)
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
 
         s = cfg.scaling

@@ -17,8 +17,10 @@ What happens on a pod deletion (KubeRay v1.7.0 and Ray 2.55.1):
   never drained, or the GCS and every driver would go with it (tried here: the driver's node "crashed").
 
 So the preStop hook, on the node it runs on:
-1. on a worker node: writes a drain notice into the node's Ray session directory (read by `node_draining` as well,
-   should the GCS not answer) and asks the GCS to drain the node, with the deadline the pod's grace period leaves;
+1. on a worker node: asks the GCS to drain the node, with the deadline the pod's grace period leaves, then writes a
+   drain notice into the node's Ray session directory (read by `node_draining` as well, should the GCS not answer).
+   In that order: the node is DRAINING before any worker ends its group for it, so that the next group is sized
+   without it (raytrain.worker.elastic);
 2. sends SIGTERM to the `raytrain run`/`raytrain tune` drivers this node's Ray started (on the head pod: the
    RayJob's driver, which Ray's job supervisor runs), which stop their run gracefully;
 3. waits, at most --wait seconds, until the training on this node has ended (no drivers, no Ray Train worker

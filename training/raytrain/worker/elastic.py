@@ -9,6 +9,13 @@ controller/controller.py):
 - a lost node fails the group like any worker failure: the restart takes what fits then. A drained one (a deleted
   pod's preStop hook, raytrain.worker.drain) checkpoints at its step first.
 
+Which workers fit is the answer of Ray's AutoscalingCoordinator (a detached actor Ray Data shares), which looks at
+the nodes every 20 s and counts a DRAINING node as alive: a group restarted after a drain would ask for a worker on
+the drained node and wait out the start timeout (below) before it starts on what is left, about 40 s here. The
+controller callback has the coordinator leave DRAINING nodes out and look again at each restart, and every
+COORDINATOR_REFRESH_S while a group runs (raytrain.platform.rayinternals.refresh_autoscaling_coordinator): the
+shrink starts at once, and a returning node counts within seconds.
+
 The steps since the last checkpoint would be lost at that shutdown. `ResizeCheckpoint`, a controller callback,
 runs just before it (`before_controller_execute_resize_decision`, only for a running group): it writes a request
 into the run directory, which rank 0 reads at its step decisions as it reads a stop request (raytrain.worker.stepcontrol);
@@ -35,6 +42,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from raytrain.lifecycle.endings import AttemptEnded
+from raytrain.platform import rayinternals
 from raytrain.rundir import atomicfile, layout, runrecords, storage
 from raytrain.rundir.runcontrol import Control, WorkerControl
 
@@ -50,9 +58,12 @@ HOLD_S = 600.0
 POLL_S = 0.2
 # Ray Train waits this long (RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S, default 60 s) for a new group's workers. An
 # elastic start asks only for workers whose nodes are up, so a start that takes longer is one counted on a node
-# that has just gone (the AutoscalingCoordinator refreshes its view of the nodes every 20 s): give up on it sooner
-# and start again with what is left. An explicit value in the environment wins.
+# that has just gone without a drain (Ray has not marked it dead yet): give up on it sooner and start again with
+# what is left. An explicit value in the environment wins.
 ELASTIC_START_TIMEOUT_S = "30"
+# How often, while a group runs, the controller callback has Ray's AutoscalingCoordinator look at the nodes (its
+# own tick is every 20 s): a returning node counts for a grow within this, at the cost of one small actor call.
+COORDINATOR_REFRESH_S = 5.0
 
 
 class ResizeNotApplied(RuntimeError):
@@ -92,18 +103,33 @@ def pending(run_dir: Path, attempt: int, world_size: int) -> Optional[dict]:
     return data
 
 
-def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: str = "resizing") -> None:
+# The id of rank 0's standing answer once its loop has returned: every later request of that attempt is answered
+# "finished" (rank 0 lingers for its telemetry, and Ray Train may decide a resize then; nothing is left to save).
+FINISHED = "finished"
+
+
+def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: str = "resizing",
+           attempt: Optional[int] = None) -> None:
     """Rank 0's answer: "resizing" once the resize step's checkpoint has committed (the workers hold from there);
     or how the group ended otherwise (a stop, a drain, the loop's end) with a request still open, so that the
-    controller never waits out its timeout for an answer that cannot come."""
-    _write(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE, {"id": request_id, "checkpoint": checkpoint, "ending": ending,
-                                       "time": time.time()}, None)
+    controller never waits out its timeout for an answer that cannot come. request_id FINISHED (with the attempt)
+    answers this attempt's requests to come as well."""
+    record = {"id": request_id, "checkpoint": checkpoint, "ending": ending, "time": time.time()}
+    if attempt is not None:
+        record["attempt"] = attempt
+    _write(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE, record, None)
 
 
-def answered(run_dir: Path, request_id: str) -> Optional[dict]:
-    """Rank 0's answer to this request ({"id", "checkpoint", "ending", "time"}), or None."""
+def answered(run_dir: Path, request_id: str, attempt: Optional[int] = None) -> Optional[dict]:
+    """Rank 0's answer to this request ({"id", "checkpoint", "ending", "time"}), or None; with the attempt, its
+    standing FINISHED answer too."""
     data = atomicfile.read_record(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE)
-    return data if data is not None and data.get("id") == request_id else None
+    if data is None:
+        return None
+    if data.get("id") == request_id or (attempt is not None and data.get("id") == FINISHED
+                                        and data.get("attempt") == attempt):
+        return data
+    return None
 
 
 def clear(run_dir: Path, control: Optional[Control] = None) -> None:
@@ -122,14 +148,83 @@ def hold(seconds: float = HOLD_S) -> None:
                            f"resumes from that checkpoint")
 
 
-def wait_answered(run_dir: Path, request_id: str, timeout_s: float, poll_s: float = POLL_S) -> Optional[dict]:
+def wait_answered(run_dir: Path, request_id: str, timeout_s: float, poll_s: float = POLL_S,
+                  attempt: Optional[int] = None) -> Optional[dict]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        held = answered(run_dir, request_id)
+        held = answered(run_dir, request_id, attempt)
         if held is not None:
             return held
         time.sleep(poll_s)
-    return answered(run_dir, request_id)
+    return answered(run_dir, request_id, attempt)
+
+
+def coordinator_callback(run_dir: Path, attempt: Optional[int], refresh: bool = True) -> Any:
+    """The controller callback of every elastic run (a Ray Train function's too) that keeps Ray's
+    AutoscalingCoordinator's view of the nodes current (see the module's doc) and records a group start that failed.
+    refresh=False (RAYTRAIN_ELASTIC_REFRESH_COORDINATOR=0) leaves the coordinator as Ray made it: it puts back Ray's
+    own view of the nodes, should an earlier run have changed it."""
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+    from ray.train.v2._internal.execution.controller.state import (
+        ReschedulingState,
+        RestartingState,
+        RunningState,
+    )
+    from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
+
+    class CoordinatorRefresh(ControllerCallback):
+        def __init__(self) -> None:
+            self.warned = False
+            self.refreshed = float("-inf")
+
+        def after_controller_start(self, train_run_context: Any) -> None:
+            self._refresh(skip_draining=refresh)
+
+        def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
+            if isinstance(current_state, ReschedulingState):
+                self._record_failed_start(current_state.training_failed_error)
+            if not refresh:
+                return
+            if isinstance(current_state, RunningState) and time.monotonic() - self.refreshed >= COORDINATOR_REFRESH_S:
+                self._refresh()  # a node that came back counts within seconds, not at the coordinator's next tick
+            elif isinstance(current_state, (RestartingState, ReschedulingState)):
+                # The next step decides the new group's size from the coordinator's allocation (before the old
+                # group is shut down): have it count the nodes as they are now, a drained one left out. The
+                # policy answers from its last query for GET_ALLOCATED_RESOURCES_INTERVAL_S (1 s), which may
+                # predate the refresh: wait that out, a second against Ray Train's 30 s start timeout.
+                began = time.monotonic()
+                self._refresh()
+                time.sleep(max(0.0, ElasticScalingPolicy.GET_ALLOCATED_RESOURCES_INTERVAL_S
+                               - (time.monotonic() - began)))
+
+        def _record_failed_start(self, error: Any) -> None:
+            """A group start that failed (Ray Train's start timeout: it counted a node that is gone) cost the run
+            that timeout: the run's records say so."""
+            if not attempt:
+                return
+            # Ray Train wraps it: ControllerError(controller_failure), whose own message starts with a header line
+            failure = getattr(error, "controller_failure", None) or error
+            cause = (str(failure).strip().splitlines() or ["no cause given"])[0][:300]
+            try:
+                runrecords.Records(run_dir, WorkerControl(run_dir, attempt)).append_event(
+                    "warning", attempt=attempt,
+                    message=f"Ray Train could not start the worker group ({cause}); it starts one again with the "
+                            f"workers that fit now")
+            except (OSError, AttemptEnded) as err:  # a record is never worth failing the controller
+                logger.warning("raytrain: could not record a failed group start: %s", err)
+
+        def _refresh(self, skip_draining: bool = True) -> None:
+            self.refreshed = time.monotonic()
+            try:
+                rayinternals.refresh_autoscaling_coordinator(skip_draining=skip_draining)
+            except Exception as err:  # never fail the controller over it: the coordinator's own tick comes
+                if not self.warned:
+                    self.warned = True
+                    logger.warning("raytrain: could not have Ray's AutoscalingCoordinator leave drained nodes out "
+                                   "(%s); a group restarted after a drain may wait out Ray Train's start timeout "
+                                   "(RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) first", err)
+
+    return CoordinatorRefresh()
 
 
 def resize_checkpoint_callback(run_dir: Path, attempt: int, timeout_s: float = CHECKPOINT_TIMEOUT_S) -> Any:
@@ -166,7 +261,7 @@ def resize_checkpoint_callback(run_dir: Path, attempt: int, timeout_s: float = C
             except AttemptEnded:  # a newer attempt holds the run: it is not ours to checkpoint
                 return
             try:
-                held = wait_answered(run_dir, request_id, timeout_s)
+                held = wait_answered(run_dir, request_id, timeout_s, attempt=attempt)
                 if held is not None and held.get("ending") == "resizing":
                     records.append_event("resizing", workers=to_workers, checkpoint=held.get("checkpoint"),
                                          attempt=attempt,

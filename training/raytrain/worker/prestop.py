@@ -122,11 +122,14 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
             # its workers stop with the driver's stop request, not a drain (no notice: no restart elsewhere).
             say(f"head node {raylet.node_ip}: not drained in the GCS (the cluster ends with it); its drivers stop")
         else:
-            write_notice(raylet, wait_s, reason)
+            # The GCS first, the notice second: the workers end their group at the first of the two they see, and
+            # Ray Train sizes the next group at once (raytrain.worker.elastic). With the notice first, a group
+            # could end before the GCS marked the node DRAINING and be restarted counting this node.
             if gcs_answers(raylet.gcs_address):
                 accepted, rejection = request_gcs_drain(raylet, wait_s, reason)
             else:
                 accepted, rejection = False, f"the GCS at {raylet.gcs_address} does not answer: the cluster is going away"
+            write_notice(raylet, wait_s, reason)
             outcome["gcs_drain"] = accepted
             say(f"node {raylet.node_ip} ({raylet.node_id[:8]}) "
                 + ("marked DRAINING in the GCS: no new work goes there" if accepted else

@@ -189,6 +189,6 @@ def _run_loop(cfg: RunConfig, session: Session, ray_train_function: bool,
             elastic.hold()  # until Ray Train's controller replaces the group (raytrain.worker.elastic)
         return  # checkpointed (unless the lease was lost); the driver writes the result
     session.wait_for_checkpoint()
-    session.answer_resize("finished")
+    session.answer_resize(elastic.FINISHED)
     session.trained()
     session.finished()

@@ -305,13 +305,21 @@ class Session(ABC):
 
     def answer_resize(self, ending: str) -> None:
         """Rank 0 answers an open resize request (raytrain.worker.elastic) when its group ends, however it ends, so that
-        Ray Train's controller does not wait out its timeout."""
+        Ray Train's controller does not wait out its timeout. Once the loop has returned ("finished"), the answer
+        stands for the requests still to come: the group lingers (telemetry) while Ray Train may decide a resize."""
         if not self.is_rank_zero or self._resize_requested is None:
+            return
+        if ending == elastic.FINISHED:
+            elastic.answer(self.run_dir, elastic.FINISHED, self._newest_checkpoint(), ending,
+                           attempt=self.records.token)
             return
         request = (self._steps.resize_request if self._steps is not None else None) or self._resize_requested()
         if request is not None:
-            newest = self.checkpointer.latest()
-            elastic.answer(self.run_dir, request["id"], newest[0].name if newest else None, ending)
+            elastic.answer(self.run_dir, request["id"], self._newest_checkpoint(), ending)
+
+    def _newest_checkpoint(self) -> Optional[str]:
+        newest = self.checkpointer.latest()
+        return newest[0].name if newest else None
 
     # ------------------------------------------------------------------------------------------ reduce
 
