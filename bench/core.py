@@ -9,7 +9,8 @@ training pass, not evaluation or checkpoints); the plain loop writes the same tw
 The plain side builds the preset's model component and its data component's train split (`data.loader: torch`,
 map-style) through raytrain's builders, as a user's script importing them would, then runs a textbook loop:
 DataLoader (shuffled), zero_grad, forward, loss, backward, clip where the preset clips, step, the loss summed on
-the device. Workloads: `digits` (the preset as it ships: a small CNN on 8x8 digits, Ray Data ingest) and `vit`
+the device. Workloads: `digits` (the preset as it ships: a small CNN on 8x8 digits, `data.loader: auto`, which
+takes a DataLoader), `digits_ray` (the same with Ray Data ingest, as the preset shipped before) and `vit`
 (cifar10-vit on synthetic data, a ViT shrunk to fit a round into well under a minute on 2 cores: compute-bound).
 """
 
@@ -37,7 +38,10 @@ class Workload:
 
 WORKLOADS = {
     "digits": Workload("digits", (), 10, 0, "the preset as shipped: small_cnn width 16, 1438 training images, "
-                                            "global batch 64, Ray Data ingest; in-memory tensors on the plain side"),
+                                            "global batch 64, data.loader: auto (a DataLoader for its 0.5 MB); "
+                                            "in-memory tensors on the plain side"),
+    "digits_ray": Workload("digits", ("data.loader=ray",), 10, 0, "the preset with Ray Data ingest "
+                                                                  "(data.loader=ray), as it shipped before auto"),
     "vit": Workload("cifar10-vit", ("data.synthetic=true", "data.synthetic_train=512", "data.synthetic_val=64",
                                     "model.num_layers=4", "model.num_heads=4", "model.hidden_dim=128",
                                     "model.mlp_dim=256", "train.batch_size=128"), 4, 1,

@@ -143,12 +143,16 @@ def test_a_job_that_can_never_be_scheduled_fails_fast(tmp_path):
     print(f"failed after {time.time() - began:.1f}s")
 
 
-def test_digits_on_ray_data_reaches_ninety_percent(ray_head, tmp_path):
+def test_digits_takes_a_dataloader_for_its_small_data_and_reaches_ninety_percent(ray_head, tmp_path):
+    """The preset's data.loader: auto takes torch for its 0.5 MB and says so (Ray Data's path of the built-in loop:
+    test_workloads' vit-ray and streaming runs)."""
     done = run("run", "digits", "--storage", str(tmp_path), "--address", ray_head.address)
     assert done.returncode == 0, done.stderr[-3000:]
     result = result_of(tmp_path / "digits")
     assert result["metrics"]["val_accuracy"] >= 0.90, result
     checks.assert_run_completed(tmp_path / "digits", 12)
+    [launch] = [e for e in checks.read_jsonl(tmp_path / "digits" / "events.jsonl") if e["event"] == "launch"]
+    assert launch["loader"] == "torch" and launch["loader_reason"].startswith("auto: torch, the data is 0.5 MB"), launch
 
 
 def test_a_run_that_fails_every_retry_exits_with_one_paragraph_and_why_names_the_rank(tmp_path):

@@ -124,7 +124,7 @@ BAD = [
     (None, ["run.name=a/b"], ["run.name"]),
     (None, ["model.name=resnet"], ["model._component_: 'resnet'", "mlp, small_cnn"]),
     (None, ["model.hiden=3"], ["model.hiden", "did you mean 'hidden'"]),
-    (None, ["data.loader=spark"], ["data.loader", "torch, ray"]),
+    (None, ["data.loader=spark"], ["data.loader", "torch, ray", "or auto (chosen by the data's size)"]),
     (None, ["epochs=3"], ["is not section.key"]),
     (None, ["train.lr"], ["expected key=value"]),
     ("data: {name: linear}\n", [], ["the loop raytrain.loop.train_loop builds the config's model, but there is no 'model' section", "e.g. mlp"]),
@@ -270,3 +270,34 @@ def test_name_and_storage_are_strings_as_typed(tmp_path, name):
 
     cfg = load_config(write(tmp_path, GOOD), config_overrides(None, name, str(tmp_path / name)))
     assert cfg.run.name == name and cfg.run.storage_path == str(tmp_path / name)
+
+
+@pytest.mark.parametrize("preset, overrides, loader, says", [
+    ("digits", [], "torch", "the data is 0.5 MB in memory (at most 64 MB)"),  # the preset's own auto
+    ("digits", ["data.loader=ray"], "ray", None),  # said explicitly: kept, no reason recorded
+    ("linear", ["data.loader=auto", "data.num_samples=9000000"], "ray", "68.7 MB in memory (over 64 MB)"),
+    ("cifar10-vit", ["data.loader=auto"], "ray", "176.2 MB in memory"),  # CIFAR-10's 60,000 images
+    ("cifar10-vit", ["data.loader=auto", "data.synthetic=true", "data.synthetic_train=512", "data.synthetic_val=128"],
+     "torch", "1.9 MB in memory"),
+    ("linear", ["data.loader=auto", "scaling.num_workers=[1, 2]"], "torch", "as every elastic run"),
+    ("streaming", ["data.loader=auto"], "ray", "does not say how large its data is"),
+])
+def test_data_loader_auto_is_chosen_by_the_datas_size_and_says_why(preset, overrides, loader, says):
+    cfg = load_config(preset, overrides)
+    assert cfg.data.loader == loader and cfg.to_dict()["data"]["loader"] == loader  # the workers get the choice
+    if says is None:
+        assert cfg.data.loader_reason == ""
+    else:
+        assert cfg.data.loader_reason.startswith(f"auto: {loader}") and says in cfg.data.loader_reason, \
+            cfg.data.loader_reason
+
+
+def test_data_loader_auto_on_a_function_is_refused_with_the_fix(tmp_path, monkeypatch):
+    (tmp_path / "fn_data.py").write_text("def make(ctx=None):\n    return {'train': []}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = write(tmp_path, "model: {name: mlp}\ndata: {_component_: fn_data.make, loader: auto}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    message = str(caught.value)
+    assert "data.loader: auto" in message and "fn_data.make is a function" in message and \
+        "Fix: set data.loader: torch" in message, message

@@ -43,7 +43,7 @@ def test_gpu_jobs_need_gpu_nodes():
 
 
 def test_ray_data_keeps_a_cpu_only_where_there_is_more_than_one():
-    ray_cfg = load_config("digits")
+    ray_cfg = load_config("digits", ["data.loader=ray"])
     assert ray_cfg.data.loader == "ray"
     assert data_reserve(ray_cfg, [{"CPU": 2.0}]) == 1.0
     assert data_reserve(ray_cfg, [{"CPU": 1.0}]) == 0.0
@@ -64,7 +64,7 @@ def test_the_autoscaler_is_asked_for_every_worker_and_ray_datas_cpu():
     bundles = scale_up_bundles(linear, {"CPU": 1.0})
     assert bundles == [{"CPU": 1}] * 3 and all(type(v) is int for b in bundles for v in b.values())  # Ray's type
     assert scale_up_bundles(linear, {"CPU": 0.5, "GPU": 1.0}) == [{"CPU": 1, "GPU": 1}] * 3
-    digits = load_config("digits")  # data.loader: ray keeps a CPU for Ray Data's tasks
+    digits = load_config("digits", ["data.loader=ray"])  # data.loader: ray keeps a CPU for Ray Data's tasks
     assert scale_up_bundles(digits, {"CPU": 1.0}) == [{"CPU": 1}] * digits.scaling.num_workers + [{"CPU": 1}]
 
 

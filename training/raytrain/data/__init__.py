@@ -12,7 +12,9 @@ are the callable's keyword arguments. It produces the datasets in one of two way
 
 `data.loader: torch`: map-style torch Datasets of (input, target) pairs, built on each worker and sharded by
 prepare_data_loader. `data.loader: ray`: Ray Datasets with columns x and y, built once in the driver and sharded by
-Ray Train. A parameter annotated `DataContext` receives where datasets live, the seed and the loader.
+Ray Train. `data.loader: auto` (a source that feeds both): torch for data that `memory_bytes()` puts at most at
+AUTO_TORCH_MAX_BYTES, ray above it or when the source cannot say (choose_loader; the run's `launch` event says which
+and why). A parameter annotated `DataContext` receives where datasets live, the seed and the loader.
 
 Nothing here imports torch at import time (raytrain validate reads these signatures without it).
 
@@ -24,8 +26,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Optional
 
+from raytrain.errors import shown
 from raytrain.rundir import layout, storage
 
 
@@ -40,11 +43,24 @@ class DataContext:
     loader: str = "torch"  # torch: map-style datasets; ray: Ray Datasets with columns x and y
 
 
+AUTO = "auto"
+# data.loader: auto takes torch for data of at most this many bytes in memory: on small data Ray Data's per-epoch
+# iterator start (about 65 ms here) is a large share of a short epoch (digits: 0.59x a plain loop's speed,
+# docs/benchmarks.md), and every worker holding its own copy costs little. Above it, Ray Data streams the data
+# from the object store (one copy per node, not per worker).
+AUTO_TORCH_MAX_BYTES = 64 * 2**20
+
+
 class DataSource:
     """Base class for data components that need more than a function: see the module docstring."""
 
     loaders: ClassVar[tuple[str, ...]] = ("torch",)  # the first is the default
     default_loss: ClassVar[str] = "cross_entropy"  # train.loss when the config sets none
+
+    def memory_bytes(self) -> Optional[int]:
+        """About how many bytes all splits take in memory as arrays, without loading them (for data.loader:
+        auto); None: unknown."""
+        return None
 
     def prepare(self, ctx: DataContext) -> None:
         """Driver, once, before workers start: download or generate what the workers will read."""
@@ -54,6 +70,41 @@ class DataSource:
 
     def datasets(self, ctx: DataContext) -> dict:
         raise NotImplementedError
+
+
+def choose_loader(source: Optional[DataSource], loaders: tuple[str, ...], elastic: bool = False) -> tuple[str, str]:
+    """data.loader: auto -> (the loader, why), said in the run's records."""
+    if "torch" not in loaders or "ray" not in loaders:
+        return loaders[0], f"auto: {loaders[0]}, the only loader this data source feeds"
+    if elastic:
+        return "torch", "auto: torch, as every elastic run (Ray Data's tasks need CPUs a grow would take)"
+    size = source.memory_bytes() if source is not None else None
+    if size is None:
+        return "ray", "auto: ray, the data source does not say how large its data is (DataSource.memory_bytes)"
+    mb = f"{size / 2**20:.1f} MB"
+    if size <= AUTO_TORCH_MAX_BYTES:
+        return "torch", (f"auto: torch, the data is {mb} in memory (at most {AUTO_TORCH_MAX_BYTES // 2**20} MB): "
+                         f"a DataLoader over each worker's copy, without Ray Data's start every epoch")
+    return "ray", (f"auto: ray, the data is {mb} in memory (over {AUTO_TORCH_MAX_BYTES // 2**20} MB): Ray Data "
+                   f"streams it from the object store")
+
+
+def resolve_loader(loader: Any, loaders: tuple[str, ...], path: str, function: str,
+                   source: Callable[[], Optional[DataSource]], elastic: bool = False) -> tuple[str, str]:
+    """data.loader as the config gives it -> (the loader, why: "" unless auto chose it), or ValueError with the
+    fix. function: the component's path where it is a plain function (auto cannot ask it its size); source: makes
+    the DataSource to ask (None where its code is not imported)."""
+    reason = ""
+    if loader == AUTO:
+        if function:
+            raise ValueError(f"data.loader: auto chooses by the data's size, which only a DataSource class says (its "
+                             f"memory_bytes()); {function} is a function. Fix: set data.loader: torch (map-style "
+                             f"datasets) or ray (Ray Datasets), whichever it returns.")
+        loader, reason = choose_loader(source(), loaders, elastic=elastic)
+    if loader not in loaders:
+        raise ValueError(f"data.loader: {shown(loader)} is not available for {path}. Fix: use one of {', '.join(loaders)}"
+                         + (f", or {AUTO} (chosen by the data's size)." if len(loaders) > 1 else "."))
+    return loader, reason
 
 
 def dataset_root(storage_path: str) -> Path:

@@ -40,6 +40,11 @@ class CIFAR10(DataSource):
 
     loaders: ClassVar[tuple[str, ...]] = ("torch", "ray")
 
+    def memory_bytes(self) -> int:
+        """uint8 images and int64 labels: CIFAR-10's 60,000, or the synthetic splits' counts."""
+        count = self.synthetic_train + self.synthetic_val if self.synthetic else 60000
+        return count * (int(np.prod(IMAGE_SHAPE)) + 8)
+
     def prepare(self, ctx: DataContext) -> None:
         prepare(self, ctx)
 

@@ -47,6 +47,10 @@ class Digits(DataSource):
     val_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2  # held out, stratified by class
 
     loaders: ClassVar[tuple[str, ...]] = ("ray", "torch")
+    ROWS: ClassVar[int] = 1797  # sklearn's load_digits
+
+    def memory_bytes(self) -> int:
+        return self.ROWS * (64 * 4 + 8)  # 8x8 float32 images, int64 labels
 
     def arrays(self, seed: int):
         """(x_train, x_val, y_train, y_val)"""

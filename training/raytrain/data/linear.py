@@ -21,6 +21,9 @@ class Linear(DataSource):
     loaders: ClassVar[tuple[str, ...]] = ("torch", "ray")
     default_loss: ClassVar[str] = "mse"  # regression
 
+    def memory_bytes(self) -> int:
+        return self.num_samples * 8  # x and y, float32
+
     def arrays(self):
         x = (np.arange(self.num_samples, dtype=np.float32) / self.x_scale).reshape(-1, 1)
         y = (self.slope * x + self.intercept).astype(np.float32)

@@ -306,7 +306,9 @@ class RayTrainer:
         progress = Progress(run_dir, 0 if loops.is_ray_train_loop(cfg) else cfg.train.epochs, self.out, records.token)
         progress.start()
         # goodput's start-up phases: the launch (Ray, sizing, the trainer) ends here, the worker group's begins
-        records.append_event("launch", attempt=records.token)
+        chosen = {"loader": cfg.data.loader, "loader_reason": cfg.data.loader_reason} \
+            if cfg.data is not None and cfg.data.loader_reason else {}
+        records.append_event("launch", attempt=records.token, **chosen)
         try:
             trainer.fit()
         except (TrainingFailedError, ControllerError) as err:  # Ray Train gave up; anything else is a bug

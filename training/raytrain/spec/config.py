@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from raytrain.data import DataContext, DataSource
+from raytrain.data import DataContext, DataSource, resolve_loader
 from raytrain.errors import ConfigError, shorten, shown
 from raytrain.rundir import storage
 from raytrain.spec import components, fsdp_units, loops, yamlfile
@@ -274,11 +274,16 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
     data = None
     if data_component is not None:
         loaders = source_class.loaders if source_class else ("torch", "ray")
-        loader = own.get("loader", loaders[0])
-        if loader not in loaders:
-            raise ConfigError(f"{where('data.loader')}: data.loader: {shown(loader)} is not available for "
-                              f"{data_component.path}. Fix: use one of {', '.join(loaders)}.")
-        data = DataSection(data_component, loader)
+        # auto: by the data's size; with the code not imported here (raytrain validate), ray, which sizes
+        # conservatively (a CPU for its tasks)
+        function = data_component.path if source_class is None and data_component.target is not _unavailable else ""
+        try:
+            loader, reason = resolve_loader(own.get("loader", loaders[0]), loaders, data_component.path, function,
+                                            lambda: components.instantiate(data_component) if source_class else None,
+                                            elastic=scaling.elastic)
+        except ValueError as err:
+            raise ConfigError(f"{where('data.loader')}: {err}") from None
+        data = DataSection(data_component, loader, reason)
     optimizer = _optional_component(train.optimizer, where, "train.optimizer", import_user_code, skip=1)
     scheduler_raw = dict(train.scheduler) if isinstance(train.scheduler, dict) else None
     interval = scheduler_raw.pop("interval", "epoch") if scheduler_raw is not None else "epoch"

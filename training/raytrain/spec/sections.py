@@ -208,6 +208,7 @@ CLASSIFICATION_LOSSES = {"torch.nn.functional.cross_entropy", "torch.nn.function
 class DataSection:
     component: Component
     loader: Literal["torch", "ray"]  # torch: map-style datasets + prepare_data_loader; ray: Ray Data shards
+    loader_reason: str = ""  # data.loader: auto: which loader it took and why (raytrain.data.choose_loader)
 
     @property
     def kwargs(self) -> dict:
@@ -224,7 +225,7 @@ SCHEDULER_INTERVALS = ("epoch", "step")
 @dataclass
 class RunConfig:
     model: Optional[Component]  # None: the loop builds its own (a loop that needs it says so: `requires`)
-    data: Optional[DataSection]  # {_component_: returns {"train": ..., "val": ...}, loader: torch | ray, its kwargs}
+    data: Optional[DataSection]  # {_component_: returns {"train": ..., "val": ...}, loader: torch | ray (auto resolved), its kwargs}
     loss: Component
     loop: Component  # the per-worker training function; default raytrain.loop.train_loop
     train: TrainSection = field(default_factory=TrainSection)

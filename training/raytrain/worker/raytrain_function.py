@@ -178,9 +178,7 @@ class Bridge:
             self._drop_repeated(row)
             # Goodput's split of the time since the last row: the checkpoint commits, and the function's data wait
             # and evaluation (its loaders' iteration, raytrain.worker.loadertiming)
-            session.records.append_metrics({**row, "timing": {
-                "time": round(time.time(), 3), "data_s": round(session._data_s, 3),
-                "val_s": round(session._val_s, 3), "checkpoint_s": round(session._checkpoint_s, 3)}})
+            session.records.append_metrics({**row, "timing": session._timing()})
         session._data_s = session._val_s = session._checkpoint_s = 0.0
         self.reports += 1
         telemetry = getattr(session, "telemetry", None)
