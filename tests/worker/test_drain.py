@@ -122,3 +122,40 @@ def test_the_hook_writes_to_the_ray_containers_own_stdout(tmp_path):
         pid1.wait()
     assert prestop.container_log(os.getpid()) is None  # never our own stdout
     assert prestop.container_log(1) is None or "ray start" in Path("/proc/1/cmdline").read_text()
+
+
+def test_the_gcs_drain_comes_before_the_notice_and_a_slow_gcs_does_not_hold_the_notice_back(tmp_path, monkeypatch):
+    """The node is DRAINING in the GCS before its workers read the notice (the next group is sized without it);
+    a GCS that takes longer than first_s does not delay the workers' checkpoint."""
+    import threading
+    import time
+
+    from raytrain.platform.rayinternals import LocalRaylet
+
+    raylet = LocalRaylet(pid=1, node_id="ab" * 28, node_ip="127.0.0.2", gcs_address="127.0.0.1:1",
+                         session_dir=str(tmp_path), temp_dir=str(tmp_path), is_head=False)
+    notice = prestop.notice_path(raylet)
+    seen: list[bool] = []
+    release = threading.Event()
+
+    def gcs_drain(raylet, wait_s, reason):
+        seen.append(notice.exists())  # asked before the notice is written
+        release.wait(5)
+        return True, ""
+
+    monkeypatch.setattr(prestop, "gcs_answers", lambda address: True)
+    monkeypatch.setattr(prestop, "request_gcs_drain", gcs_drain)
+    threading.Timer(0.1, release.set).start()
+    assert prestop.drain_then_notice(raylet, 30, "test", first_s=2.0) == (True, "")
+    assert seen == [False] and notice.exists()
+
+    notice.unlink()
+    release.clear()
+    began = time.monotonic()
+    waiter = threading.Thread(target=lambda: prestop.drain_then_notice(raylet, 30, "test", first_s=0.2))
+    waiter.start()
+    while not notice.exists() and time.monotonic() - began < 5:
+        time.sleep(0.02)
+    assert notice.exists() and time.monotonic() - began < 2  # written at first_s, the GCS still asking
+    release.set()
+    waiter.join(5)

@@ -20,7 +20,8 @@ So the preStop hook, on the node it runs on:
 1. on a worker node: asks the GCS to drain the node, with the deadline the pod's grace period leaves, then writes a
    drain notice into the node's Ray session directory (read by `node_draining` as well, should the GCS not answer).
    In that order: the node is DRAINING before any worker ends its group for it, so that the next group is sized
-   without it (raytrain.worker.elastic);
+   without it (raytrain.worker.elastic); a GCS slower than 5 s to answer does not hold the notice back
+   (prestop.drain_then_notice);
 2. sends SIGTERM to the `raytrain run`/`raytrain tune` drivers this node's Ray started (on the head pod: the
    RayJob's driver, which Ray's job supervisor runs), which stop their run gracefully;
 3. waits, at most --wait seconds, until the training on this node has ended (no drivers, no Ray Train worker

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Callable, TextIO
@@ -19,6 +20,10 @@ from raytrain.platform.rayinternals import LocalRaylet
 from raytrain.rundir import atomicfile
 
 from raytrain.worker.drain import DRIVER_COMMANDS, notice_path, this_raylet
+
+# How long the hook waits for the GCS's drain before it writes the workers' notice anyway (the GCS answers in
+# milliseconds once Ray's client is imported, about a second on a busy node).
+GCS_FIRST_S = 5.0
 
 
 def gcs_answers(address: str, timeout_s: float = 1.0) -> bool:
@@ -56,6 +61,24 @@ def request_gcs_drain(raylet: LocalRaylet, deadline_s: float, message: str) -> t
     except Exception as err:  # the GCS unreachable or refusing our token: the notice file still tells the workers
         return False, f"{type(err).__name__}: {err}"
     return bool(accepted), rejection or ""
+
+
+def drain_then_notice(raylet: LocalRaylet, wait_s: float, reason: str,
+                      first_s: float = GCS_FIRST_S) -> tuple[bool, str]:
+    """The GCS's drain first, the notice second: the workers end their group at the first of the two they see, and
+    Ray Train sizes the next group at once (raytrain.worker.elastic); with the notice first, a group could end
+    before the GCS marked the node DRAINING and be restarted counting this node. A GCS slower than first_s to
+    answer does not hold the notice back: the grace period is the checkpoint's."""
+    if not gcs_answers(raylet.gcs_address):
+        write_notice(raylet, wait_s, reason)
+        return False, f"the GCS at {raylet.gcs_address} does not answer: the cluster is going away"
+    outcome: list[tuple[bool, str]] = []
+    asking = threading.Thread(target=lambda: outcome.append(request_gcs_drain(raylet, wait_s, reason)), daemon=True)
+    asking.start()
+    asking.join(first_s)
+    write_notice(raylet, wait_s, reason)
+    asking.join(first_s)  # its answer for the console line; the drivers' SIGTERM is not held back longer
+    return outcome[0] if outcome else (False, f"the GCS had not answered the drain within {2 * first_s:g}s")
 
 
 def write_notice(raylet: LocalRaylet, deadline_s: float, reason: str) -> None:
@@ -122,14 +145,7 @@ def drain(wait_s: float, *, temp_dir: str | None = None, say: Callable[[str], No
             # its workers stop with the driver's stop request, not a drain (no notice: no restart elsewhere).
             say(f"head node {raylet.node_ip}: not drained in the GCS (the cluster ends with it); its drivers stop")
         else:
-            # The GCS first, the notice second: the workers end their group at the first of the two they see, and
-            # Ray Train sizes the next group at once (raytrain.worker.elastic). With the notice first, a group
-            # could end before the GCS marked the node DRAINING and be restarted counting this node.
-            if gcs_answers(raylet.gcs_address):
-                accepted, rejection = request_gcs_drain(raylet, wait_s, reason)
-            else:
-                accepted, rejection = False, f"the GCS at {raylet.gcs_address} does not answer: the cluster is going away"
-            write_notice(raylet, wait_s, reason)
+            accepted, rejection = drain_then_notice(raylet, wait_s, reason)
             outcome["gcs_drain"] = accepted
             say(f"node {raylet.node_ip} ({raylet.node_id[:8]}) "
                 + ("marked DRAINING in the GCS: no new work goes there" if accepted else
