@@ -234,8 +234,9 @@ def config_reference() -> str:
            "## Components: `model`, `data`, `loop`, `train.loss`\n",
            "These name code by import path: `_component_: package.module.name` (or `package.module:name`, or a "
            "built-in's short name); every other key is that callable's keyword argument, checked against its "
-           "signature. `data` also takes `loader`: `torch` (map-style datasets and `prepare_data_loader`) or "
-           "`ray` (Ray Data shards). Their keys are therefore the callable's own: see "
+           "signature. `data` also takes `loader`: `torch` (map-style datasets and `prepare_data_loader`), "
+           "`ray` (Ray Data shards) or `auto` (a DataSource's choice by its data's size in memory: torch up to "
+           "64 MB). Their keys are therefore the callable's own: see "
            "[your own code](../guides/own-code.md).\n",
            "| section | meaning |\n|---|---|\n" + "\n".join(
                f"| `{f.name}` | {cell(m)} |" for f, m in

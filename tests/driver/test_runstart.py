@@ -102,3 +102,20 @@ def test_a_ray_train_function_is_never_skipped_its_progress_is_its_own(tmp_path)
     _checkpoint(cfg, 50)
     plan = ResumePlan(checkpoint=tmp_path / "r" / "checkpoint_epoch000050_x", epoch=50)
     assert runstart.nothing_to_train(cfg, plan) is None and not runstart.looks_finished(cfg)
+
+
+@pytest.mark.parametrize("step, now, warned", [(3, "ray", True), (0, "ray", False), (3, "torch", False)])
+def test_a_mid_epoch_resume_under_another_loader_warns_naming_the_fix(tmp_path, step, now, warned):
+    """Each loader orders an epoch its own way: the rest of a mid-epoch checkpoint's epoch would not match."""
+    cfg = _linear(tmp_path, 6)
+    _checkpoint(cfg, 2, step)  # with data.loader: torch, the preset's
+    resumed = load_config("linear", [f"run.storage_path={tmp_path / 'runs'}", "run.name=r", "train.epochs=6",
+                                     f"data.loader={now}"])
+    run_dir = runrecords.run_dir_of(cfg.run.storage_path, cfg.run.name)
+    runstart.check_resume(resumed, runrecords.Records(run_dir))
+    warnings = [e["message"] for e in runrecords.read_events(run_dir)
+                if e["event"] == "warning" and "data.loader" in e["message"]]  # not the missing rows' warning
+    assert bool(warnings) == warned, warnings
+    if warned:
+        assert "3 steps into epoch 3 with data.loader torch; this start uses ray" in warnings[0] and \
+            "--set data.loader=torch" in warnings[0], warnings

@@ -78,3 +78,33 @@ def test_the_raylet_flags_read_from_proc_are_the_ones_ray_start_passes():
 ])
 def test_a_v1_monitor_status_says_it_can_add_nodes_only_once_it_lists_a_node(status, expected):
     assert rayinternals.v1_monitor_can_add_nodes(status) is expected
+
+
+def test_the_coordinator_refresher_ships_by_value_and_loads_where_raytrain_cannot_be_imported(tmp_path):
+    """Ray's AutoscalingCoordinator is a detached actor started by whichever job came first: the function sent to
+    it must not need raytrain there (cloudpickle ships nested functions by value)."""
+    import subprocess
+    import sys
+
+    from ray import cloudpickle
+
+    blob = tmp_path / "refresher.pkl"
+    blob.write_bytes(cloudpickle.dumps(rayinternals.coordinator_refresher()))
+    probe = ("import sys, pickle; sys.modules['raytrain'] = None\n"  # any `import raytrain...` now fails
+             f"refresh = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
+             "import threading\n"
+             "class Coordinator:  # the attributes Ray's actor has (checked against Ray below)\n"
+             "    _lock = threading.Lock(); _cluster_node_resources = [{'CPU': 1.0}]\n"
+             "    def _update_cluster_node_resources(self): pass\n"
+             "    def _reallocate_resources(self): pass\n"
+             "c = Coordinator(); print(refresh(c), c._get_cluster_nodes.__name__)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["1", "nodes_not_draining"], done.stdout + done.stderr
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        _AutoscalingCoordinatorActor as Actor,
+    )
+    for name in ("_update_cluster_node_resources", "_reallocate_resources", "_tick"):
+        assert callable(getattr(Actor, name)), name
+    source = inspect.getsource(Actor)
+    assert "self._get_cluster_nodes = get_cluster_nodes" in source and "self._lock = threading.Lock()" in source
+    assert "self._cluster_node_resources" in source

@@ -301,3 +301,8 @@ def test_data_loader_auto_on_a_function_is_refused_with_the_fix(tmp_path, monkey
     message = str(caught.value)
     assert "data.loader: auto" in message and "fn_data.make is a function" in message and \
         "Fix: set data.loader: torch" in message, message
+    path = write(tmp_path, "model: {name: mlp}\ndata: {_component_: fn_data.make, loader: spark}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(path))
+    message = str(caught.value).split("job.yaml: ", 1)[1]  # the path holds the test's name
+    assert message.endswith("Fix: use one of torch, ray.") and "auto" not in message, message

@@ -141,13 +141,14 @@ def test_the_gcs_drain_comes_before_the_notice_and_a_slow_gcs_does_not_hold_the_
     def gcs_drain(raylet, wait_s, reason):
         seen.append(notice.exists())  # asked before the notice is written
         release.wait(5)
+        seen.append(notice.exists())  # and answered before it, when it answers within first_s
         return True, ""
 
     monkeypatch.setattr(prestop, "gcs_answers", lambda address: True)
     monkeypatch.setattr(prestop, "request_gcs_drain", gcs_drain)
     threading.Timer(0.1, release.set).start()
     assert prestop.drain_then_notice(raylet, 30, "test", first_s=2.0) == (True, "")
-    assert seen == [False] and notice.exists()
+    assert seen == [False, False] and notice.exists()
 
     notice.unlink()
     release.clear()

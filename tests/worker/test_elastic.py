@@ -138,6 +138,22 @@ def test_once_the_loop_returned_every_later_request_of_the_attempt_is_answered_f
     assert elastic.answered(session.run_dir, later) is None  # nor one asked without its attempt
     elastic.clear(session.run_dir)
     assert elastic.answered(session.run_dir, later, attempt=3) is None  # a resize clears it
+    session.answer_resize(elastic.FINISHED)
+    session.start()  # a new group of the attempt (a restart after the loop's end): training is ahead of it again
+    assert elastic.answered(session.run_dir, later, attempt=3) is None
+
+
+def test_a_stale_attempts_finished_answer_never_replaces_a_newer_attempts_answer(tmp_path):
+    from raytrain.rundir.runcontrol import WorkerControl
+
+    elastic.prepare(tmp_path)
+    newer = elastic.request(tmp_path, 4, 2)
+    elastic.answer(tmp_path, newer, "checkpoint_x")
+    (tmp_path / "lease.json").write_text(json.dumps({"token": 4, "host": "h", "pid": 1, "since": 0,
+                                                     "renewed": time.time(), "ttl_s": 30}))
+    with pytest.raises(AttemptEnded):
+        elastic.answer(tmp_path, elastic.FINISHED, None, "finished", attempt=3, control=WorkerControl(tmp_path, 3))
+    assert elastic.answered(tmp_path, newer, attempt=4)["checkpoint"] == "checkpoint_x"
 
 
 def test_a_fenced_request_is_refused_once_a_newer_attempt_holds_the_run(tmp_path):
@@ -203,8 +219,15 @@ def test_the_coordinator_callback_refreshes_at_restarts_and_every_few_seconds_an
     callback.after_controller_state_update(RunningState(), RunningState())  # refreshed just now: not again
     assert calls == [True]
     began = time.monotonic()
-    callback.after_controller_state_update(RunningState(), RestartingState(training_failed_error=None))
+    restarting = RestartingState(training_failed_error=None)
+    callback.after_controller_state_update(RunningState(), restarting)
     assert calls == [True, True] and time.monotonic() - began >= 0.9  # the policy's 1 s cache waited out
+    began = time.monotonic()
+    callback.after_controller_state_update(restarting, RestartingState(training_failed_error=None))
+    assert calls == [True, True] and time.monotonic() - began < 0.5  # waiting for min workers: throttled
+    callback.after_controller_state_update(  # a start that failed for another reason (a callback's) is not this
+        RunningState(), ReschedulingState(training_failed_error=ControllerError(RuntimeError("a callback failed"))))
+    calls.pop()
     assert not [e for e in runrecords.read_events(tmp_path) if e["event"] == "warning"]
     failed = ReschedulingState(training_failed_error=ControllerError(WorkerGroupStartupTimeoutError(3)))
     callback.after_controller_state_update(RunningState(), failed)

@@ -56,6 +56,7 @@ class ResumePlan:
     epoch: int = 0
     step: int = 0
     applied: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # key -> (checkpoint's value, now)
+    loader_change: Optional[tuple[Any, Any]] = None  # data.loader (the checkpoint's, now) where it differs
     removed_staging: list[str] = field(default_factory=list)
 
 
@@ -105,6 +106,7 @@ def plan(run_dir: Path, config: dict, warn: Callable[[str], None], rules: Resume
         result.checkpoint, result.epoch, result.step = path, position.epoch, position.step
         _refuse_fixed_changes(run_dir, path, position.epoch, fixed_changes(stored, config, rules))
         result.applied = applied_changes(stored, config, rules)
+        result.loader_change = changed_keys(stored, config).get("data.loader")
         return result
     if unreadable:
         raise ResumeRefused(

@@ -103,7 +103,7 @@ def resolve_loader(loader: Any, loaders: tuple[str, ...], path: str, function: s
         loader, reason = choose_loader(source(), loaders, elastic=elastic)
     if loader not in loaders:
         raise ValueError(f"data.loader: {shown(loader)} is not available for {path}. Fix: use one of {', '.join(loaders)}"
-                         + (f", or {AUTO} (chosen by the data's size)." if len(loaders) > 1 else "."))
+                         + (f", or {AUTO} (chosen by the data's size)." if len(loaders) > 1 and not function else "."))
     return loader, reason
 
 

@@ -56,6 +56,14 @@ def check_resume(cfg: RunConfig, records: runrecords.Records) -> resume.ResumePl
             f"{cfg.checkpointer} ones (run.checkpointer: {cfg.run.checkpointer}, scaling.strategy: "
             f"{cfg.scaling.strategy}), which cannot load it. Fix: resume with --set run.checkpointer={written}, or "
             f"train the new setup under another --name.")
+    if plan.step and plan.loader_change is not None:
+        # Each loader orders an epoch its own way (raytrain's ShardSampler, Ray Data's blocks): the rest of the
+        # checkpoint's epoch follows the new order from the same step.
+        before, now = plan.loader_change
+        warn(f"{plan.checkpoint.name} was taken {plan.step} steps into epoch {plan.epoch + 1} with data.loader "
+             f"{before}; this start uses {now}, which orders the epoch another way: the rest of that epoch sees "
+             f"some samples twice and others not at all (later epochs are whole). Fix, to avoid it: resume with "
+             f"--set data.loader={before}.")
     lost = resume.missing_rows(run_dir, plan.epoch) if plan.checkpoint is not None else []
     if lost:
         warn(f"{run_dir / layout.METRICS_FILE} lacks the rows of epoch(s) {_ranges(lost)}, which the checkpoint "

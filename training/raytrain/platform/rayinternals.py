@@ -11,7 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 # Ray sets each actor process's title to ray::<Class>[.<method>]: Ray Train's worker actor class (v1 and v2).
 TRAIN_WORKER_TITLES = ("ray::RayTrainWorker", "ray::_RayTrainWorker")
@@ -58,37 +58,40 @@ def node_is_draining(node_id: str) -> bool:
     return any(info.state_snapshot.state == gcs_pb2.NodeSnapshot.State.DRAINING for info in infos.values())
 
 
-def draining_node_ids() -> set[str]:
-    """The hex ids of the nodes the GCS reports DRAINING (one get_all_node_info call for the whole cluster; the
-    nodes' GcsNodeInfo.state_snapshot, as node_is_draining reads one)."""
-    from ray._private import worker as ray_worker
-    from ray.core.generated import gcs_pb2
+def coordinator_refresher(skip_draining: bool = True) -> Callable[[Any], int]:
+    """The function refresh_autoscaling_coordinator runs inside Ray's AutoscalingCoordinator actor
+    (ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator._AutoscalingCoordinatorActor): from then
+    on its view of the nodes (its `_get_cluster_nodes`, ray.nodes by default) marks DRAINING nodes not Alive
+    (skip_draining=False puts ray.nodes back), and it looks at the nodes and reallocates now, as its 20 s `_tick`
+    would (under its `_lock`); returns how many nodes it counts. Nested functions, so that cloudpickle ships them by
+    value: the actor (detached, started by whichever job came first) need not import raytrain. The view falls back
+    to ray.nodes() whenever the GCS does not answer in time: an exception there would end the actor's tick thread,
+    which has no handler, for every job on the cluster."""
 
-    infos = ray_worker.global_worker.gcs_client.get_all_node_info(timeout=2)
-    return {info.node_id.hex() for info in infos.values()
-            if info.state_snapshot.state == gcs_pb2.NodeSnapshot.State.DRAINING}
+    def nodes_not_draining() -> list:
+        import ray
+        from ray._private import worker as ray_worker
+        from ray.core.generated import gcs_pb2
 
+        nodes = ray.nodes()
+        try:  # the nodes' GcsNodeInfo.state_snapshot, as node_is_draining reads one node's
+            infos = ray_worker.global_worker.gcs_client.get_all_node_info(timeout=5)
+            draining = {info.node_id.hex() for info in infos.values()
+                        if info.state_snapshot.state == gcs_pb2.NodeSnapshot.State.DRAINING}
+        except Exception:  # noqa: BLE001 - Ray's own view rather than none
+            return nodes
+        return [dict(node, Alive=False) if node.get("NodeID") in draining else node for node in nodes]
 
-def nodes_not_draining() -> list[dict]:
-    """ray.nodes(), with every DRAINING node marked not Alive: what the AutoscalingCoordinator should count."""
-    import ray
+    def refresh(coordinator: Any) -> int:
+        import ray
 
-    draining = draining_node_ids()
-    return [dict(node, Alive=False) if node.get("NodeID") in draining else node for node in ray.nodes()]
+        coordinator._get_cluster_nodes = nodes_not_draining if skip_draining else ray.nodes
+        with coordinator._lock:
+            coordinator._update_cluster_node_resources()
+            coordinator._reallocate_resources()
+            return len(coordinator._cluster_node_resources)
 
-
-def _refresh_coordinator(coordinator, skip_draining: bool = True) -> int:
-    """Runs inside Ray's AutoscalingCoordinator actor (ray.data._internal.cluster_autoscaler.
-    default_autoscaling_coordinator._AutoscalingCoordinatorActor): from now on its view of the nodes leaves DRAINING
-    ones out (its `_get_cluster_nodes`, ray.nodes by default; skip_draining=False puts that back), and it looks at
-    the nodes and reallocates now, as its 20 s `_tick` would (under its `_lock`). Returns how many nodes it counts."""
-    import ray
-
-    coordinator._get_cluster_nodes = nodes_not_draining if skip_draining else ray.nodes
-    with coordinator._lock:
-        coordinator._update_cluster_node_resources()
-        coordinator._reallocate_resources()
-        return len(coordinator._cluster_node_resources)
+    return refresh
 
 
 def refresh_autoscaling_coordinator(timeout_s: float = 5.0, skip_draining: bool = True) -> int:
@@ -96,8 +99,8 @@ def refresh_autoscaling_coordinator(timeout_s: float = 5.0, skip_draining: bool 
     ray/train/v2/_internal/execution/scaling_policy/elastic.py) leave DRAINING nodes out and look at the cluster's
     nodes now instead of at its next 20 s tick (TICK_INTERVAL_S). Without it, a group restarted after its node's
     drain asks for a worker on the drained node and waits out Ray Train's start timeout. Runs
-    `_refresh_coordinator` in the actor through Ray's `__ray_call__` (ray/actor.py); the actor imports raytrain
-    for it. Returns the number of nodes it counts."""
+    coordinator_refresher's function in the actor through Ray's `__ray_call__` (ray/actor.py). Returns the number
+    of nodes it counts."""
     import ray
     from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
         get_or_create_autoscaling_coordinator,
@@ -106,7 +109,7 @@ def refresh_autoscaling_coordinator(timeout_s: float = 5.0, skip_draining: bool 
     if not ray.is_initialized():  # its get_runtime_context() would start a Ray of its own
         raise RuntimeError("not connected to a Ray cluster")
     coordinator = get_or_create_autoscaling_coordinator()
-    return int(ray.get(coordinator.__ray_call__.remote(_refresh_coordinator, skip_draining), timeout=timeout_s))
+    return int(ray.get(coordinator.__ray_call__.remote(coordinator_refresher(skip_draining)), timeout=timeout_s))
 
 
 def drain_node(gcs_address: str, node_id: str, message: str, deadline_ms: int) -> tuple[bool, str]:

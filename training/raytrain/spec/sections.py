@@ -207,7 +207,7 @@ CLASSIFICATION_LOSSES = {"torch.nn.functional.cross_entropy", "torch.nn.function
 @dataclass
 class DataSection:
     component: Component
-    loader: Literal["torch", "ray"]  # torch: map-style datasets + prepare_data_loader; ray: Ray Data shards
+    loader: Literal["torch", "ray"]  # torch: map-style datasets + prepare_data_loader; ray: Ray Data shards; auto in the file: chosen by the data's size
     loader_reason: str = ""  # data.loader: auto: which loader it took and why (raytrain.data.choose_loader)
 
     @property

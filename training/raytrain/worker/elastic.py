@@ -109,15 +109,24 @@ FINISHED = "finished"
 
 
 def answer(run_dir: Path, request_id: str, checkpoint: Optional[str], ending: str = "resizing",
-           attempt: Optional[int] = None) -> None:
+           attempt: Optional[int] = None, control: Optional[Control] = None) -> None:
     """Rank 0's answer: "resizing" once the resize step's checkpoint has committed (the workers hold from there);
     or how the group ended otherwise (a stop, a drain, the loop's end) with a request still open, so that the
     controller never waits out its timeout for an answer that cannot come. request_id FINISHED (with the attempt)
-    answers this attempt's requests to come as well."""
+    answers this attempt's requests to come as well; control fences it (a stale attempt's never replaces a newer
+    one's answer)."""
     record = {"id": request_id, "checkpoint": checkpoint, "ending": ending, "time": time.time()}
     if attempt is not None:
         record["attempt"] = attempt
-    _write(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE, record, None)
+    _write(storage.as_path(run_dir) / layout.RESIZE_HELD_FILE, record, control)
+
+
+def clear_finished(run_dir: Path, attempt: int, control: Optional[Control] = None) -> None:
+    """A new group of the attempt has training ahead of it: the last group's standing FINISHED answer goes."""
+    path = storage.as_path(run_dir) / layout.RESIZE_HELD_FILE
+    data = atomicfile.read_record(path)
+    if data is not None and data.get("id") == FINISHED and data.get("attempt") == attempt:
+        _write(path, {"id": None}, control)
 
 
 def answered(run_dir: Path, request_id: str, attempt: Optional[int] = None) -> Optional[dict]:
@@ -164,6 +173,7 @@ def coordinator_callback(run_dir: Path, attempt: Optional[int], refresh: bool = 
     AutoscalingCoordinator's view of the nodes current (see the module's doc) and records a group start that failed.
     refresh=False (RAYTRAIN_ELASTIC_REFRESH_COORDINATOR=0) leaves the coordinator as Ray made it: it puts back Ray's
     own view of the nodes, should an earlier run have changed it."""
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupFailedError, WorkerGroupStartupTimeoutError
     from ray.train.v2._internal.execution.callback import ControllerCallback
     from ray.train.v2._internal.execution.controller.state import (
         ReschedulingState,
@@ -171,6 +181,8 @@ def coordinator_callback(run_dir: Path, attempt: Optional[int], refresh: bool = 
         RunningState,
     )
     from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
+
+    retrying = (RestartingState, ReschedulingState)
 
     class CoordinatorRefresh(ControllerCallback):
         def __init__(self) -> None:
@@ -181,48 +193,54 @@ def coordinator_callback(run_dir: Path, attempt: Optional[int], refresh: bool = 
             self._refresh(skip_draining=refresh)
 
         def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
-            if isinstance(current_state, ReschedulingState):
+            if isinstance(current_state, ReschedulingState) and not isinstance(previous_state, retrying):
                 self._record_failed_start(current_state.training_failed_error)
             if not refresh:
                 return
-            if isinstance(current_state, RunningState) and time.monotonic() - self.refreshed >= COORDINATOR_REFRESH_S:
-                self._refresh()  # a node that came back counts within seconds, not at the coordinator's next tick
-            elif isinstance(current_state, (RestartingState, ReschedulingState)):
+            entering_retry = isinstance(current_state, retrying) and not isinstance(previous_state, retrying)
+            if entering_retry:
                 # The next step decides the new group's size from the coordinator's allocation (before the old
                 # group is shut down): have it count the nodes as they are now, a drained one left out. The
                 # policy answers from its last query for GET_ALLOCATED_RESOURCES_INTERVAL_S (1 s), which may
                 # predate the refresh: wait that out, a second against Ray Train's 30 s start timeout.
                 began = time.monotonic()
+                if self._refresh():
+                    time.sleep(max(0.0, ElasticScalingPolicy.GET_ALLOCATED_RESOURCES_INTERVAL_S
+                                   - (time.monotonic() - began)))
+            elif isinstance(current_state, (RunningState, *retrying)) and \
+                    time.monotonic() - self.refreshed >= COORDINATOR_REFRESH_S:
+                # A node that came back counts within seconds, not at the coordinator's next tick; a retry that
+                # waits for min workers (the controller's loop turns Restarting -> Restarting) is throttled alike.
                 self._refresh()
-                time.sleep(max(0.0, ElasticScalingPolicy.GET_ALLOCATED_RESOURCES_INTERVAL_S
-                               - (time.monotonic() - began)))
 
         def _record_failed_start(self, error: Any) -> None:
             """A group start that failed (Ray Train's start timeout: it counted a node that is gone) cost the run
-            that timeout: the run's records say so."""
-            if not attempt:
-                return
+            that timeout: the run's records say so. Other failures of a start (a callback's) are not this."""
             # Ray Train wraps it: ControllerError(controller_failure), whose own message starts with a header line
             failure = getattr(error, "controller_failure", None) or error
+            if not attempt or not isinstance(failure, (WorkerGroupStartupTimeoutError, WorkerGroupStartupFailedError)):
+                return
             cause = (str(failure).strip().splitlines() or ["no cause given"])[0][:300]
             try:
                 runrecords.Records(run_dir, WorkerControl(run_dir, attempt)).append_event(
                     "warning", attempt=attempt,
                     message=f"Ray Train could not start the worker group ({cause}); it starts one again with the "
                             f"workers that fit now")
-            except (OSError, AttemptEnded) as err:  # a record is never worth failing the controller
+            except Exception as err:  # a record is never worth failing the controller (nor its failure count)
                 logger.warning("raytrain: could not record a failed group start: %s", err)
 
-        def _refresh(self, skip_draining: bool = True) -> None:
+        def _refresh(self, skip_draining: bool = True) -> bool:
             self.refreshed = time.monotonic()
             try:
                 rayinternals.refresh_autoscaling_coordinator(skip_draining=skip_draining)
+                return True
             except Exception as err:  # never fail the controller over it: the coordinator's own tick comes
                 if not self.warned:
                     self.warned = True
                     logger.warning("raytrain: could not have Ray's AutoscalingCoordinator leave drained nodes out "
                                    "(%s); a group restarted after a drain may wait out Ray Train's start timeout "
                                    "(RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) first", err)
+                return False
 
     return CoordinatorRefresh()
 

@@ -124,6 +124,8 @@ class Session(ABC):
         """Called by the entry before the loop runs: from here on the loop's training batches have step boundaries
         (mid-epoch checkpoints, graceful stops, drains), whether or not it calls restore()."""
 
+        if self.is_rank_zero and self._resize_requested is not None:
+            elastic.clear_finished(self.run_dir, self.records.token, self.control)
         if self._steps is None:
             self._steps = StepControl(self.control, every_steps=self.config.run.checkpoint_every_steps,
                                       every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
@@ -310,8 +312,11 @@ class Session(ABC):
         if not self.is_rank_zero or self._resize_requested is None:
             return
         if ending == elastic.FINISHED:
-            elastic.answer(self.run_dir, elastic.FINISHED, self._newest_checkpoint(), ending,
-                           attempt=self.records.token)
+            try:
+                elastic.answer(self.run_dir, elastic.FINISHED, self._newest_checkpoint(), ending,
+                               attempt=self.records.token, control=self.control)
+            except AttemptEnded:  # a newer attempt holds the run: its answers are not ours to replace
+                pass
             return
         request = (self._steps.resize_request if self._steps is not None else None) or self._resize_requested()
         if request is not None:
