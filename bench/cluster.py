@@ -142,16 +142,23 @@ def job_dir(work: Path, name: str, config: Optional[Path | dict] = None, ship_be
 class FollowedJob:
     """A job submitted like KubeRay's submitter does, its log followed (for its status and its tail)."""
 
-    def __init__(self, cluster, entrypoint: str, working_dir: Path, job_id: str):
+    def __init__(self, cluster, entrypoint: str, working_dir: Path, job_id: str,
+                 runtime_env_vars: Optional[dict[str, str]] = None):
+        """runtime_env_vars: the job's runtime env's env_vars (its driver and every task and actor of it get them)."""
         self.cluster, self.job_id = cluster, job_id
+        runtime_env: dict = {"working_dir": str(working_dir)}
+        if runtime_env_vars:
+            runtime_env["env_vars"] = runtime_env_vars
         self.env = cluster.client_env()
         address = ["--address", cluster.dashboard_url]
         self.submitted = time.time()
         subprocess.run([ray_cli(), "job", "submit", *address, "--no-wait", "--submission-id", job_id,
-                        "--runtime-env-json", json.dumps({"working_dir": str(working_dir)}), "--",
+                        "--runtime-env-json", json.dumps(runtime_env), "--",
                         *shlex.split(entrypoint)], env=self.env, check=True, capture_output=True, text=True)
         self.submit_returned = time.time()
         self.lines: list[str] = []
+        self.line_times: list[float] = []  # when each line arrived
+        self.ended: Optional[float] = None  # when the log follower saw the job end
         self.follower = subprocess.Popen([ray_cli(), "job", "logs", *address, "--follow", job_id], env=self.env,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -159,7 +166,9 @@ class FollowedJob:
 
     def _read(self) -> None:
         for line in self.follower.stdout:
+            self.line_times.append(time.time())
             self.lines.append(line.rstrip())
+        self.ended = time.time()
 
     def alive(self) -> bool:
         return self.follower.poll() is None
@@ -177,6 +186,18 @@ class FollowedJob:
             if state in text:
                 return state
         return "UNKNOWN"
+
+    def ended_at(self) -> Optional[float]:
+        """When Ray's job record says the job ended (its end_time: the moment the supervisor saw the entrypoint
+        exit, what KubeRay's RayJob status reads), or None."""
+        from raytrain.cluster.dashboard import http_get
+
+        try:
+            status, body = http_get(f"{self.cluster.dashboard_url}/api/jobs/{self.job_id}", self.cluster.token)
+            end = json.loads(body).get("end_time") if status == 200 else None
+        except (OSError, ValueError):
+            return None
+        return end / 1000.0 if isinstance(end, (int, float)) and end > 0 else None
 
     def tail(self, n: int = 15) -> str:
         return "\n".join(self.lines[-n:])

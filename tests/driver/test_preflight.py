@@ -88,6 +88,42 @@ def test_only_the_meta_devices_own_limits_are_passed_over(tmp_path, monkeypatch)
     preflight.check_model_builds(load_config(str(job)))  # .item() on the meta device: checked on the workers instead
 
 
+def test_a_small_models_fit_is_checked_on_the_cpu_without_the_meta_kernels_imports(tmp_path):
+    """A small model's fit check is a real forward on zeros: torch's meta decompositions (which import sympy and
+    torch._dynamo, about 1 s of every driver's start) are not needed for it."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom raytrain.driver import preflight\nfrom raytrain.spec.config import load_config\n"
+              f"preflight.check_model_fits_data(load_config('linear', ['run.storage_path={tmp_path}']))\n"
+              "print(sorted(m for m in ('sympy', 'torch._dynamo') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_a_model_that_fails_on_zeros_is_judged_by_the_meta_check(tmp_path, monkeypatch):
+    """Zeros are not the data: a forward that fails on their values (not on their shapes) is no config error; the
+    meta check, which has no values, decides, and a shape mismatch is still named."""
+    (tmp_path / "zero_nets.py").write_text(
+        "import torch\n"
+        "class NoZeros(torch.nn.Module):\n"
+        "    def __init__(self, in_features: int = 1):\n"
+        "        super().__init__()\n        self.linear = torch.nn.Linear(in_features, 1)\n"
+        "    def forward(self, x):\n"
+        "        out = self.linear(x)\n"
+        "        if not bool(x.abs().sum() > 0):\n            raise ValueError('an all-zero batch')\n"
+        "        return out\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = tmp_path / "job.yaml"
+    job.write_text(f"model: {{_component_: zero_nets.NoZeros}}\ndata: {{_component_: linear}}\n"
+                   f"run: {{storage_path: {tmp_path}}}\n")
+    preflight.check_model_fits_data(load_config(str(job)))  # the meta device cannot read the value: passed over
+    job.write_text(f"model: {{_component_: zero_nets.NoZeros, in_features: 3}}\ndata: {{_component_: linear}}\n"
+                   f"run: {{storage_path: {tmp_path}}}\n")
+    with pytest.raises(ConfigError, match="cannot take a batch"):
+        preflight.check_model_fits_data(load_config(str(job)))
+
+
 def test_local_refuses_use_gpu_without_cuda():
     torch = pytest.importorskip("torch", reason="torch is not installed (scripts/setup installs it)")
     if torch.cuda.is_available():

@@ -81,3 +81,28 @@ def test_rank_0_exports_the_runs_goodput_by_cause_and_its_progress_from_the_reco
     broken.run_dir = tmp_path / "missing" / "\x00"
     broken._export_goodput()
     assert not any(name.startswith("raytrain_goodput") for name, _ in broken._last)
+
+
+@pytest.mark.parametrize("since_change_s, expected_wait_s", [(0.0, 3.0), (1.0, 2.0), (5.0, 0.0)])
+def test_rank_0_lingers_one_report_after_the_last_change_of_a_value(monkeypatch, since_change_s, expected_wait_s):
+    """The last epoch's values must reach one of Ray's reports (every RAY_metrics_report_interval_ms, 2 s here)
+    before the worker exits; time already spent since they changed (the last checkpoint's commit) is not waited
+    again, and setting an unchanged value again (the refresh thread's work) does not restart the wait."""
+    import raytrain.worker.telemetry as telemetry_module
+
+    monkeypatch.setenv("RAY_metrics_report_interval_ms", "2000")
+    now = [1000.0]
+    slept: list[float] = []
+    monkeypatch.setattr(telemetry_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(telemetry_module.time, "sleep", slept.append)
+    telemetry = RunTelemetry("r", 0, 32)
+    telemetry._set("raytrain_epoch", 3)
+    now[0] += since_change_s
+    telemetry._set("raytrain_epoch", 3)  # the same value again
+    telemetry.linger()
+    assert slept and slept[-1] == pytest.approx(expected_wait_s)
+
+    not_rank_0 = RunTelemetry("r", 1, 32)
+    slept.clear()
+    not_rank_0.linger()
+    assert slept == []

@@ -14,6 +14,8 @@ Environment it reads:
   RAYTRAIN_ELASTIC_REFRESH_COORDINATOR  run, an elastic config: 0 leaves Ray's AutoscalingCoordinator as Ray made
                           it (a restart after a drain then waits for its 20 s look at the nodes; default 1)
   RAYTRAIN_EMULATE_MAX_WORKER_NODES  emulate: the most worker nodes started (default one per CPU, at least 2)
+  RAY_metrics_report_interval_ms  run: when set, a cluster run's workers report their metrics as it says instead of
+                          every second (raytrain.worker.telemetry.WORKER_REPORT_INTERVAL_MS)
   RAY_TMPDIR              drain, when --temp-dir is not given: the `ray start --temp-dir` of the node to drain
 
 Each command imports what it uses, when it runs: validate, render, emulate, presets, why and --help never import
@@ -153,7 +155,9 @@ def _attempt_options() -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.driver.attempt import run_attempt
     from raytrain.driver.raytrainer import RayTrainer
+    from raytrain.platform import preload
     from raytrain.worker.elastic import CHECKPOINT_TIMEOUT_S
+    from raytrain.worker.telemetry import WORKER_REPORT_INTERVAL_MS
 
     # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134) before the
     # attempt can end cleanly; it reads this when Ray is first imported, so before anything else. (Ray's processes
@@ -163,9 +167,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if finished is not None:
         return finished
     cfg = _load(args)
+    # Ray Train's and torch's imports (needed once the trainer is built) overlap the lease and the connection.
+    preload.in_background("ray.train.torch")
     trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job(),
                          resize_timeout_s=_seconds_env("RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S", CHECKPOINT_TIMEOUT_S),
-                         refresh_coordinator=os.environ.get("RAYTRAIN_ELASTIC_REFRESH_COORDINATOR", "1") != "0")
+                         refresh_coordinator=os.environ.get("RAYTRAIN_ELASTIC_REFRESH_COORDINATOR", "1") != "0",
+                         worker_report_interval_ms=None if os.environ.get("RAY_metrics_report_interval_ms")
+                         else WORKER_REPORT_INTERVAL_MS)
     return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 

@@ -1,11 +1,13 @@
 """The checks of a run's config in the driver before Ray starts (shared by `raytrain run`, `local` and `tune`): the
 model component builds on torch's meta device (and FSDP can shard it), one batch shaped like the training data goes
-through the model and the loss, MLflow has a destination, and `raytrain local` has the GPU the config asks for.
+through the model and the loss (a small model's for real, on the CPU), MLflow has a destination, and `raytrain
+local` has the GPU the config asks for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import traceback
@@ -21,6 +23,9 @@ from raytrain.spec.sections import RunConfig
 
 # What torch says when the meta device cannot run an operation (no meta kernel, a value read out of a tensor that
 # has none): a limit of the check, not the user's mistake. Anything else a constructor raises is the user's.
+# check_model_fits_data runs a model this small (parameters and buffers; and samples this small) for real on the CPU.
+CPU_CHECK_MAX_BYTES = 32 * 2**20
+CPU_CHECK_MAX_SAMPLE_BYTES = 2**20
 META_LIMIT = re.compile(r"\bmeta tensors?\b|'Meta' backend|\bmeta device\b|device='meta'", re.IGNORECASE)
 
 
@@ -107,6 +112,8 @@ def check_model_fits_data(cfg: RunConfig) -> None:
     x, y = (torch.empty((2, *t.shape), dtype=t.dtype, device="meta") for t in pair)
     with torch.device("meta"):
         model = build_model(cfg)
+    if _small(model, pair) and _passes_on_cpu(cfg, pair):
+        return
     stage, shapes = "model", f"inputs shaped {tuple(x.shape)} ({x.dtype})"
     try:
         out = model(x)
@@ -128,6 +135,32 @@ def check_model_fits_data(cfg: RunConfig) -> None:
         fix = ("make the model section fit the data (its input size or channels)" if stage == "model" else
                "make the model's output fit the targets (out_features, num_classes), or choose a loss for them")
         raise ConfigError(f"{cfg.source}: {what} {shapes}: {err.__class__.__name__}: {message}. Fix: {fix}.") from None
+
+
+def _small(model, pair) -> bool:
+    """A model and a sample small enough to check with a real forward on the CPU (milliseconds)."""
+    held = sum(t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers()))
+    return held <= CPU_CHECK_MAX_BYTES and all(t.numel() * t.element_size() <= CPU_CHECK_MAX_SAMPLE_BYTES for t in pair)
+
+
+def _passes_on_cpu(cfg: RunConfig, pair) -> bool:
+    """The fit check with real tensors (zeros) on the CPU: True when the model and the loss take them. On the meta
+    device torch runs its operations' Python decompositions, whose first use imports sympy and torch._dynamo (about
+    1 s of the driver's start); a small model's real forward needs neither. False (anything raised, a value-dependent
+    operation on zeros included) leaves the verdict and its message to the meta check."""
+    import torch
+
+    try:
+        model = build_model(cfg)
+        x, y = (torch.zeros((2, *t.shape), dtype=t.dtype) for t in pair)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # as the meta check: a broadcasting mse/l1 is wrong
+            out = model(x)
+            if isinstance(out, torch.Tensor):
+                build_loss(cfg)(out, y)
+    except Exception:  # noqa: BLE001 - the meta check decides, and names what is wrong
+        return False
+    return True
 
 
 def check_tracking_destination(cfg: RunConfig) -> None:

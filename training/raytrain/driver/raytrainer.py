@@ -30,7 +30,7 @@ from raytrain.platform.rayinternals import quiet_ray_thread_warning
 from raytrain.rundir import console, layout, runrecords, storage, workerlogs
 from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
-from raytrain.worker import elastic
+from raytrain.worker import elastic, telemetry
 from raytrain.worker.raysession import worker_entry
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
@@ -186,10 +186,13 @@ def root_cause(err: BaseException) -> str:
 
 def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
                   lease_token: Optional[int] = None, on_cluster: bool = False,
-                  resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S, refresh_coordinator: bool = True):
+                  resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S, refresh_coordinator: bool = True,
+                  worker_report_interval_ms: Optional[int] = telemetry.WORKER_REPORT_INTERVAL_MS):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
     `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.rundir.lease) whose
-    workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics)."""
+    workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics);
+    worker_report_interval_ms: how often the workers on a cluster send their metrics (None: as their node's
+    environment says; raytrain.worker.telemetry.WORKER_REPORT_INTERVAL_MS)."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -217,6 +220,9 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             storage_path=ray_train_storage(run_dir),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=list(callbacks),
+            # Ray Train merges these env_vars into the workers' runtime env (WorkerGroup._get_worker_runtime_env)
+            worker_runtime_env={"env_vars": {"RAY_metrics_report_interval_ms": str(worker_report_interval_ms)}}
+            if on_cluster and worker_report_interval_ms else None,
         ),
         datasets=dataprep.driver_datasets(cfg),
         dataset_config=dataset_config(cfg),
@@ -262,15 +268,18 @@ class RayTrainer:
     def __init__(self, cfg: RunConfig, address: Optional[str] = None, out: Optional[TextIO] = None,
                  in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
                  per_worker: Optional[dict] = None, resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S,
-                 refresh_coordinator: bool = True):
+                 refresh_coordinator: bool = True,
+                 worker_report_interval_ms: Optional[int] = telemetry.WORKER_REPORT_INTERVAL_MS):
         """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
-        trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None)."""
+        trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None).
+        worker_report_interval_ms: see build_trainer (None where the user set RAY_metrics_report_interval_ms)."""
         self.cfg, self.address = cfg, address
         self.out = out if out is not None else sys.stdout  # now, not when this module was imported
         self.in_submitted_job, self.callbacks = in_submitted_job, callbacks
         self.owns_ray, self.per_worker = owns_ray, per_worker
         self.resize_timeout_s = resize_timeout_s  # an elastic run's wait for the checkpoint before a resize
         self.refresh_coordinator = refresh_coordinator  # see raytrain.worker.elastic.coordinator_callback
+        self.worker_report_interval_ms = worker_report_interval_ms
         self.embedded_ray = owns_ray and not address
 
     def train(self, records: runrecords.Records) -> None:
@@ -288,7 +297,8 @@ class RayTrainer:
             elastic.prepare(run_dir, records.control)
         trainer = build_trainer(cfg, run_dir, per_worker, callbacks=self.callbacks, lease_token=records.token,
                                 on_cluster=self.address is not None, resize_timeout_s=self.resize_timeout_s,
-                                refresh_coordinator=self.refresh_coordinator)
+                                refresh_coordinator=self.refresh_coordinator,
+                                worker_report_interval_ms=self.worker_report_interval_ms)
         shape = ", ".join(f"{k} {v:g}" for k, v in per_worker.items())
 
         s = cfg.scaling

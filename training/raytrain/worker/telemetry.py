@@ -14,10 +14,10 @@ it only counts the samples of `batches("train")`. Restarts and resumes are count
 Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values set since its last report, and the
 node's metrics agent forgets a gauge value once a scrape has read it. A value set once per epoch would reach
 Prometheus as a lone sample (and be lost if that scrape times out), so a daemon thread sets the last values again
-every REFRESH_S seconds, well inside Ray's report interval (10 s by default): a few calls a second, off the
-training thread. Each report must reach the agent within half the interval (Ray's core worker gives its exporter that
-timeout): a node so loaded that its agent answers slower loses the reports, so lowering the interval below Ray's
-default trades robustness for freshness.
+every REFRESH_S seconds, inside the report interval (1 s for raytrain's workers on a cluster:
+WORKER_REPORT_INTERVAL_MS): a few calls a second, off the training thread. Each report must reach the agent within
+half the interval (Ray's core worker gives its exporter that timeout): a node so loaded that its agent answers
+slower loses the reports, so a shorter interval trades robustness for freshness.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ COUNTERS = {
     "raytrain_steps": ("Optimizer steps taken by this worker", True),
 }
 REFRESH_S = 1.0
+# How often raytrain's Ray Train workers on a joined cluster send their metrics (RAY_metrics_report_interval_ms in
+# their runtime env, set by the driver unless the user set the variable): rank 0 waits one report after the last
+# epoch (RunTelemetry.linger), 2 s at this interval against 11 s at Ray's default of 10 s, and every run's end waits
+# for it. Ray gives each report half the interval to reach the node's agent; the test tiers run every cluster at
+# this interval on a loaded 2-core machine, test_prometheus's last-epoch check included.
+WORKER_REPORT_INTERVAL_MS = 1000
+GOODPUT_WAIT_S = 5.0  # linger: the longest wait for an epoch's goodput export still under way
 
 
 def exported_names() -> list[str]:
@@ -74,6 +81,8 @@ class RunTelemetry:
         self.epochs = epochs
         self.run_dir: Optional[Path] = None
         self._goodput_due = threading.Event()  # an epoch ended: the refresh thread reads the run's goodput
+        self._exporting = False  # the refresh thread is reading it
+        self._changed = time.monotonic()  # when a value last changed (linger waits one report after it)
         self.batch_size = max(int(per_worker_batch_size), 1)
         self.run_tags = {"run": run_name}
         self.worker_tags = {"run": run_name, "rank": str(rank)}
@@ -89,15 +98,22 @@ class RunTelemetry:
 
     def _set(self, name: str, value: float, per_worker: bool = False, tags: Optional[dict] = None) -> None:
         tags = tags if tags is not None else self.worker_tags if per_worker else self.run_tags
+        key = (name, tuple(sorted(tags.items())))
         with self._lock:
-            self._last[(name, tuple(sorted(tags.items())))] = (float(value), tags)
+            if self._last.get(key, (None,))[0] != float(value):
+                self._changed = time.monotonic()
+            self._last[key] = (float(value), tags)
             self.metrics[name].set(float(value), tags=tags)
 
     def _refresh(self) -> None:
         while True:
             if self._goodput_due.wait(REFRESH_S):
+                self._exporting = True
                 self._goodput_due.clear()
-                self._export_goodput()
+                try:
+                    self._export_goodput()
+                finally:
+                    self._exporting = False
             with self._lock:
                 for (name, _), (value, tags) in self._last.items():
                     self.metrics[name].set(value, tags=tags)
@@ -152,10 +168,18 @@ class RunTelemetry:
 
     def linger(self) -> None:
         """Rank 0, once the loop has returned: keep the last values alive for one of Ray's metric reports, which a
-        worker sends every RAY_metrics_report_interval_ms (10 s by default) and not when it exits: without this
-        the last epoch's values may never reach Prometheus, and the dashboard would show the epoch before."""
-        if self.rank_zero:
-            time.sleep(report_interval_s() + REFRESH_S)
+        worker sends every RAY_metrics_report_interval_ms (WORKER_REPORT_INTERVAL_MS on a cluster, unless the user
+        set it) and not when it exits: without this the last epoch's values may never reach Prometheus, and the
+        dashboard would show the epoch before. The wait counts from the last value's change: the time the loop
+        spent after its last epoch (the last checkpoint's commit) is not waited again."""
+        if not self.rank_zero:
+            return
+        deadline = time.monotonic() + GOODPUT_WAIT_S
+        while (self._goodput_due.is_set() or self._exporting) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the last epoch's goodput is still being read: its values come after
+        with self._lock:
+            changed = self._changed
+        time.sleep(max(changed + report_interval_s() + REFRESH_S - time.monotonic(), 0.0))
 
     def checkpointed(self, when: Optional[float] = None) -> None:
         if self.rank_zero:
