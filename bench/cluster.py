@@ -157,7 +157,6 @@ class FollowedJob:
                         *shlex.split(entrypoint)], env=self.env, check=True, capture_output=True, text=True)
         self.submit_returned = time.time()
         self.lines: list[str] = []
-        self.line_times: list[float] = []  # when each line arrived
         self.ended: Optional[float] = None  # when the log follower saw the job end
         self.follower = subprocess.Popen([ray_cli(), "job", "logs", *address, "--follow", job_id], env=self.env,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -166,7 +165,6 @@ class FollowedJob:
 
     def _read(self) -> None:
         for line in self.follower.stdout:
-            self.line_times.append(time.time())
             self.lines.append(line.rstrip())
         self.ended = time.time()
 

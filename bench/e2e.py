@@ -91,7 +91,9 @@ def e2e_round(cluster, work: Path, r: int, side: str) -> dict:
         ends = [x["timing"]["time"] for x in rows if isinstance(x.get("timing"), dict) and "time" in x["timing"]]
         if ends:
             row["loop_end_s"] = ends[-1] - t0
-    row["job_end_s"] = (job.ended_at() or job.ended or time.time()) - t0
+    ended = job.ended_at()
+    row["job_end_from"] = "ray" if ended is not None else "log"  # Ray's job record, else the log follower's end
+    row["job_end_s"] = (ended or job.ended or time.time()) - t0
     if state != "SUCCEEDED":
         raise RuntimeError(f"e2e {side}: job {name} ended {state}; its log ends:\n{job.tail()}")
     return row

@@ -178,6 +178,9 @@ def test_emulate_reads_manifests_as_validate_does(tmp_path, capsys, content, fra
     (["emulate", "manifests/rayjob-standalone.yaml"], {"RAYTRAIN_EMULATE_MAX_WORKER_NODES": "0"}, "Fix: unset it"),
     (["run", "linear"], {"RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S": "forever"},
      "RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S='forever' is not a number of seconds"),
+    (["run", "linear"], {"RAY_metrics_report_interval_ms": "1s"},
+     "RAY_metrics_report_interval_ms='1s' is not a whole number of milliseconds"),
+    (["tune", "text-rnn"], {"RAY_metrics_report_interval_ms": "0"}, "Fix: unset it"),
 ])
 def test_bad_elastic_and_emulation_settings_are_usage_errors(capsys, monkeypatch, args, env, fragment):
     for name, value in env.items():

@@ -86,6 +86,7 @@ def test_only_the_meta_devices_own_limits_are_passed_over(tmp_path, monkeypatch)
         preflight.check_model_builds(load_config(str(job)))
     job.write_text("model: {_component_: my_nets.item_reader}\ndata: {_component_: linear}\n")
     preflight.check_model_builds(load_config(str(job)))  # .item() on the meta device: checked on the workers instead
+    preflight.check_model_fits_data(load_config(str(job)))  # and so is its fit
 
 
 def test_a_small_models_fit_is_checked_on_the_cpu_without_the_meta_kernels_imports(tmp_path):
@@ -121,6 +122,26 @@ def test_a_model_that_fails_on_zeros_is_judged_by_the_meta_check(tmp_path, monke
     job.write_text(f"model: {{_component_: zero_nets.NoZeros, in_features: 3}}\ndata: {{_component_: linear}}\n"
                    f"run: {{storage_path: {tmp_path}}}\n")
     with pytest.raises(ConfigError, match="cannot take a batch"):
+        preflight.check_model_fits_data(load_config(str(job)))
+
+
+def test_lazy_modules_and_in_place_parameter_changes_are_judged_as_on_the_workers(tmp_path, monkeypatch):
+    """A lazy module has no size before its first forward: the meta check takes it, as before. A forward that
+    changes a parameter in place fails in training (autograd is on), so the CPU check runs with autograd too."""
+    (tmp_path / "odd_nets.py").write_text(
+        "import torch\n"
+        "def lazy(out_features: int = 1):\n    return torch.nn.Sequential(torch.nn.LazyLinear(out_features))\n"
+        "class InPlace(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(1, 1)\n"
+        "    def forward(self, x):\n        self.linear.weight.add_(1.0)\n        return self.linear(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = tmp_path / "job.yaml"
+    job.write_text(f"model: {{_component_: odd_nets.lazy}}\ndata: {{_component_: linear}}\n"
+                   f"run: {{storage_path: {tmp_path}}}\n")
+    preflight.check_model_fits_data(load_config(str(job)))
+    job.write_text(f"model: {{_component_: odd_nets.InPlace}}\ndata: {{_component_: linear}}\n"
+                   f"run: {{storage_path: {tmp_path}}}\n")
+    with pytest.raises(ConfigError, match="in-place operation"):
         preflight.check_model_fits_data(load_config(str(job)))
 
 

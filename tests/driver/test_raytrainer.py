@@ -74,7 +74,8 @@ def test_progress_prints_what_rank_0_printed_before_the_rows_of_the_same_poll(tm
 
 def test_a_cluster_runs_workers_report_their_metrics_every_second_unless_the_user_chose(tmp_path):
     """Rank 0 waits one metrics report after the last epoch (telemetry.linger): the workers' interval is that wait.
-    An explicit RAY_metrics_report_interval_ms of the user's (None here, from cli.py) leaves the nodes' own."""
+    The user's RAY_metrics_report_interval_ms (read by cli.py) goes to the workers instead: Ray Train's env_vars
+    win over the job's and the node's."""
     from raytrain.driver.raytrainer import build_trainer
     from raytrain.spec.config import load_config
     from raytrain.worker.telemetry import WORKER_REPORT_INTERVAL_MS
@@ -86,5 +87,6 @@ def test_a_cluster_runs_workers_report_their_metrics_every_second_unless_the_use
         return dict(trainer.run_config.worker_runtime_env or {})
 
     assert env_of(on_cluster=True) == {"env_vars": {"RAY_metrics_report_interval_ms": str(WORKER_REPORT_INTERVAL_MS)}}
-    assert env_of(on_cluster=True, worker_report_interval_ms=None) == {}
+    assert env_of(on_cluster=True, worker_report_interval_ms=5000) == {
+        "env_vars": {"RAY_metrics_report_interval_ms": "5000"}}
     assert env_of(on_cluster=False) == {}  # an embedded Ray: nothing lingers, nothing to shorten

@@ -14,8 +14,8 @@ Environment it reads:
   RAYTRAIN_ELASTIC_REFRESH_COORDINATOR  run, an elastic config: 0 leaves Ray's AutoscalingCoordinator as Ray made
                           it (a restart after a drain then waits for its 20 s look at the nodes; default 1)
   RAYTRAIN_EMULATE_MAX_WORKER_NODES  emulate: the most worker nodes started (default one per CPU, at least 2)
-  RAY_metrics_report_interval_ms  run: when set, a cluster run's workers report their metrics as it says instead of
-                          every second (raytrain.worker.telemetry.WORKER_REPORT_INTERVAL_MS)
+  RAY_metrics_report_interval_ms  run, tune: how often a cluster run's workers report their metrics, in ms (given
+                          to them in Ray Train's worker runtime env; default 1000: raytrain.worker.telemetry)
   RAY_TMPDIR              drain, when --temp-dir is not given: the `ray start --temp-dir` of the node to drain
 
 Each command imports what it uses, when it runs: validate, render, emulate, presets, why and --help never import
@@ -140,6 +140,22 @@ def _seconds_env(name: str, default: float) -> float:
     return seconds
 
 
+def _worker_report_interval_ms() -> int:
+    """How often a cluster run's workers send their metrics: RAY_metrics_report_interval_ms as the user set it for
+    the driver (Ray's own whole milliseconds), else raytrain's default (raytrain.worker.telemetry)."""
+    from raytrain.errors import ConfigError
+    from raytrain.worker.telemetry import WORKER_REPORT_INTERVAL_MS
+
+    raw = os.environ.get("RAY_metrics_report_interval_ms", "").strip()
+    if not raw:
+        return WORKER_REPORT_INTERVAL_MS
+    if not raw.isdigit() or not 100 <= int(raw) <= 3_600_000:
+        raise ConfigError(f"RAY_metrics_report_interval_ms={raw!r} is not a whole number of milliseconds from 100 to "
+                          f"3600000. Fix: unset it (raytrain's workers then report every {WORKER_REPORT_INTERVAL_MS} "
+                          f"ms) or set e.g. RAY_metrics_report_interval_ms=10000.")
+    return int(raw)
+
+
 def _lease_ttl_s() -> float:
     from raytrain.rundir.lease import DEFAULT_TTL_S
 
@@ -155,9 +171,7 @@ def _attempt_options() -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     from raytrain.driver.attempt import run_attempt
     from raytrain.driver.raytrainer import RayTrainer
-    from raytrain.platform import preload
     from raytrain.worker.elastic import CHECKPOINT_TIMEOUT_S
-    from raytrain.worker.telemetry import WORKER_REPORT_INTERVAL_MS
 
     # Ray's C++ failure-signal handler catches SIGTERM in the driver, dumps a stack and aborts (exit 134) before the
     # attempt can end cleanly; it reads this when Ray is first imported, so before anything else. (Ray's processes
@@ -167,13 +181,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if finished is not None:
         return finished
     cfg = _load(args)
-    # Ray Train's and torch's imports (needed once the trainer is built) overlap the lease and the connection.
-    preload.in_background("ray.train.torch")
     trainer = RayTrainer(cfg, _address(args), in_submitted_job=_in_submitted_job(),
                          resize_timeout_s=_seconds_env("RAYTRAIN_RESIZE_CHECKPOINT_TIMEOUT_S", CHECKPOINT_TIMEOUT_S),
                          refresh_coordinator=os.environ.get("RAYTRAIN_ELASTIC_REFRESH_COORDINATOR", "1") != "0",
-                         worker_report_interval_ms=None if os.environ.get("RAY_metrics_report_interval_ms")
-                         else WORKER_REPORT_INTERVAL_MS)
+                         worker_report_interval_ms=_worker_report_interval_ms())
     return run_attempt(cfg, trainer, _report, wait_for_lease=args.wait_for_lease, **_attempt_options())
 
 
@@ -203,7 +214,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # as for `run`: a SIGTERM ends it cleanly
     cfg = _load(args)
     search = load_search(resolve_search_path(args.search, args.config), smoke=args.smoke_test)
-    summary = tune_run(cfg, search, address=_address(args), out=sys.stdout, in_submitted_job=_in_submitted_job())
+    summary = tune_run(cfg, search, address=_address(args), out=sys.stdout, in_submitted_job=_in_submitted_job(),
+                       worker_report_interval_ms=_worker_report_interval_ms())
     for trial in summary["trials"]:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
         score = trial["metrics"].get(search.metric)

@@ -187,12 +187,12 @@ def root_cause(err: BaseException) -> str:
 def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], callbacks: tuple = (),
                   lease_token: Optional[int] = None, on_cluster: bool = False,
                   resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S, refresh_coordinator: bool = True,
-                  worker_report_interval_ms: Optional[int] = telemetry.WORKER_REPORT_INTERVAL_MS):
+                  worker_report_interval_ms: int = telemetry.WORKER_REPORT_INTERVAL_MS):
     """The TorchTrainer for one run (driver side: builds the Ray Datasets of a `data.loader: ray` config);
     `raytrain tune` adds its TuneReportCallback through `callbacks`; lease_token: the attempt (raytrain.rundir.lease) whose
     workers commit to run_dir; on_cluster: a joined cluster (its Prometheus should see the last epoch's metrics);
-    worker_report_interval_ms: how often the workers on a cluster send their metrics (None: as their node's
-    environment says; raytrain.worker.telemetry.WORKER_REPORT_INTERVAL_MS)."""
+    worker_report_interval_ms: how often the workers on a cluster send their metrics
+    (raytrain.worker.telemetry.WORKER_REPORT_INTERVAL_MS, or the user's RAY_metrics_report_interval_ms)."""
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -220,9 +220,10 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             storage_path=ray_train_storage(run_dir),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             callbacks=list(callbacks),
-            # Ray Train merges these env_vars into the workers' runtime env (WorkerGroup._get_worker_runtime_env)
-            worker_runtime_env={"env_vars": {"RAY_metrics_report_interval_ms": str(worker_report_interval_ms)}}
-            if on_cluster and worker_report_interval_ms else None,
+            # Ray Train merges these env_vars into the workers' runtime env (WorkerGroup._get_worker_runtime_env),
+            # over the job's and the node's: the driver's setting is the one the workers (and their linger) use.
+            worker_runtime_env={"env_vars": {"RAY_metrics_report_interval_ms": str(int(worker_report_interval_ms))}}
+            if on_cluster else None,
         ),
         datasets=dataprep.driver_datasets(cfg),
         dataset_config=dataset_config(cfg),
@@ -269,10 +270,10 @@ class RayTrainer:
                  in_submitted_job: bool = False, callbacks: tuple = (), owns_ray: bool = True,
                  per_worker: Optional[dict] = None, resize_timeout_s: float = elastic.CHECKPOINT_TIMEOUT_S,
                  refresh_coordinator: bool = True,
-                 worker_report_interval_ms: Optional[int] = telemetry.WORKER_REPORT_INTERVAL_MS):
+                 worker_report_interval_ms: int = telemetry.WORKER_REPORT_INTERVAL_MS):
         """owns_ray: this trainer connects to (or starts) Ray and shuts it down after; False inside a Ray Tune
         trial, whose Ray is the sweep's. per_worker: the resources each worker asks for (sized here if None).
-        worker_report_interval_ms: see build_trainer (None where the user set RAY_metrics_report_interval_ms)."""
+        worker_report_interval_ms: see build_trainer."""
         self.cfg, self.address = cfg, address
         self.out = out if out is not None else sys.stdout  # now, not when this module was imported
         self.in_submitted_job, self.callbacks = in_submitted_job, callbacks

@@ -41,6 +41,7 @@ from raytrain.rundir.lease import DEFAULT_TTL_S
 from raytrain.spec.config import PRESETS_DIR, ConfigError, config_from_dict, dump_yaml, read_yaml_mapping
 from raytrain.spec.sections import SMOKE_KEY, RunConfig
 from raytrain.spec.sizing import data_reserve, size_workers, workers_that_fit
+from raytrain.worker import telemetry
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "randint": 2, "choice": None}  # name -> number of arguments
 TUNABLE_SECTIONS = ("model", "data", "train")
@@ -177,7 +178,8 @@ def param_space(search: SearchSpec) -> dict:
 # a trial
 
 
-def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
+def trial_driver(params: dict, base: dict, per_worker: dict,
+                 worker_report_interval_ms: int = telemetry.WORKER_REPORT_INTERVAL_MS) -> None:
     """One Tune trial: an attempt of its own run (lease, resume check, result: raytrain.driver.attempt) of the base config
     with `params` set, trained by Ray Train and reporting to Tune."""
     import ray.tune
@@ -190,7 +192,7 @@ def trial_driver(params: dict, base: dict, per_worker: dict) -> None:
     cfg = with_params(raw, params)
     # The trial runs inside the sweep's Ray: it neither starts nor stops one.
     trainer = RayTrainer(cfg, address="auto", callbacks=(TuneReportCallback(),), owns_ray=False,
-                         per_worker=per_worker)
+                         per_worker=per_worker, worker_report_interval_ms=worker_report_interval_ms)
     # A trial whose run is finished still starts its worker group: Tune waits for its reports.
     Attempt(cfg, handle_signals=False, skip_finished=False).run(trainer)
 
@@ -211,8 +213,10 @@ def concurrent_trials(nodes: list[dict], per_worker: dict, num_workers: int, ask
 
 
 def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, out: TextIO = sys.stdout,
-             in_submitted_job: bool = False) -> dict:
-    """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json."""
+             in_submitted_job: bool = False,
+             worker_report_interval_ms: int = telemetry.WORKER_REPORT_INTERVAL_MS) -> dict:
+    """Run the sweep; returns the summary also written to STORAGE/NAME/tune.json. worker_report_interval_ms: how
+    often the trials' workers send their metrics (raytrain.driver.raytrainer.build_trainer)."""
     check_space(cfg, search)
     trackers.check_installed(trackers.configured(cfg))  # each trial is a run of its own, with its own tracker run
     preflight.check_tracking_destination(cfg)
@@ -221,13 +225,13 @@ def tune_run(cfg: RunConfig, search: SearchSpec, address: Optional[str] = None, 
     control = runstart.take_lease(cfg, DEFAULT_TTL_S, wait=False, notify=lambda m: console.info("attempt", m, out=out))
     records = runrecords.Records(control.run_dir, control)
     try:
-        return _sweep(cfg, search, records, address, out, in_submitted_job, started)
+        return _sweep(cfg, search, records, address, out, in_submitted_job, started, worker_report_interval_ms)
     finally:
         control.release()
 
 
 def _sweep(cfg: RunConfig, search: SearchSpec, records: runrecords.Records, address: Optional[str], out: TextIO,
-           in_submitted_job: bool, started: float) -> dict:
+           in_submitted_job: bool, started: float, worker_report_interval_ms: int) -> dict:
 
     import ray.tune
 
@@ -243,7 +247,8 @@ def _sweep(cfg: RunConfig, search: SearchSpec, records: runrecords.Records, addr
                  f"workers, {concurrent} at a time, {search.mode} {search.metric} over {', '.join(search.space)}",
                  out=out)
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", CONTROLLER_POLL_INTERVAL_S)
-    trainable = ray.tune.with_parameters(trial_driver, base=cfg.to_dict(), per_worker=per_worker)
+    trainable = ray.tune.with_parameters(trial_driver, base=cfg.to_dict(), per_worker=per_worker,
+                                         worker_report_interval_ms=worker_report_interval_ms)
     tuner = ray.tune.Tuner(
         # The trial driver only waits on its TorchTrainer: no CPU, so the trials' workers get them all. Tune needs a
         # non-empty resource request, hence a token amount of memory.

@@ -15,9 +15,9 @@ Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values 
 node's metrics agent forgets a gauge value once a scrape has read it. A value set once per epoch would reach
 Prometheus as a lone sample (and be lost if that scrape times out), so a daemon thread sets the last values again
 every REFRESH_S seconds, inside the report interval (1 s for raytrain's workers on a cluster:
-WORKER_REPORT_INTERVAL_MS): a few calls a second, off the training thread. Each report must reach the agent within
-half the interval (Ray's core worker gives its exporter that timeout): a node so loaded that its agent answers
-slower loses the reports, so a shorter interval trades robustness for freshness.
+WORKER_REPORT_INTERVAL_MS): a few dozen calls a second, off the training thread. Each report must reach the agent
+within half the interval (Ray's core worker gives its exporter that timeout): a node so loaded that its agent
+answers slower loses the reports, so a shorter interval trades robustness for freshness.
 """
 
 from __future__ import annotations
@@ -56,13 +56,17 @@ CAUSE_GAUGE = ("raytrain_goodput_seconds", "The run's wall time so far by cause:
 COUNTERS = {
     "raytrain_steps": ("Optimizer steps taken by this worker", True),
 }
-REFRESH_S = 1.0
+REFRESH_S = 0.5  # inside the workers' report interval, so that each report carries every value
 # How often raytrain's Ray Train workers on a joined cluster send their metrics (RAY_metrics_report_interval_ms in
-# their runtime env, set by the driver unless the user set the variable): rank 0 waits one report after the last
-# epoch (RunTelemetry.linger), 2 s at this interval against 11 s at Ray's default of 10 s, and every run's end waits
-# for it. Ray gives each report half the interval to reach the node's agent; the test tiers run every cluster at
-# this interval on a loaded 2-core machine, test_prometheus's last-epoch check included.
+# the worker runtime env the driver gives Ray Train; the user's own setting for the driver is passed on instead):
+# rank 0 waits one report after the last epoch (RunTelemetry.linger), 2 s at this interval against 11 s at Ray's
+# default of 10 s, and every run's end waits for it. Ray gives each report half the interval to reach the node's
+# agent; the test tiers run every cluster at this interval on a loaded 2-core machine, test_prometheus's last-epoch
+# check included.
 WORKER_REPORT_INTERVAL_MS = 1000
+# linger waits one interval after the last change, and this: Ray's half-interval timeout for the report itself, and
+# slack for its timer on a busy node.
+LINGER_MARGIN_S = 1.0
 GOODPUT_WAIT_S = 5.0  # linger: the longest wait for an epoch's goodput export still under way
 
 
@@ -179,7 +183,7 @@ class RunTelemetry:
             time.sleep(0.05)  # the last epoch's goodput is still being read: its values come after
         with self._lock:
             changed = self._changed
-        time.sleep(max(changed + report_interval_s() + REFRESH_S - time.monotonic(), 0.0))
+        time.sleep(max(changed + report_interval_s() + LINGER_MARGIN_S - time.monotonic(), 0.0))
 
     def checkpointed(self, when: Optional[float] = None) -> None:
         if self.rank_zero:
