@@ -13,7 +13,7 @@ from typing import Optional, TextIO
 from bench.harness import ALL_PARTS, BenchSettings, Results, machine_info
 
 EXIT_OK, EXIT_USAGE = 0, 2
-CLUSTER_PARTS = ("p3", "scaling", "p4", "shrink", "e2e")  # in the order they run on the one local cluster
+CLUSTER_PARTS = ("p3", "scaling", "p4", "p4ft", "shrink", "e2e")  # in the order they run on the one local cluster
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,11 +99,12 @@ def run_cluster_parts(s: BenchSettings, work: Path, results: Results) -> None:
     from bench.e2e import bench_e2e
     from bench.first_step import bench_first_step
     from bench.recovery import bench_recovery
+    from bench.replicas import bench_replicas
     from bench.scaling import bench_scaling
     from bench.shrink import bench_shrink
 
-    parts = {"p3": bench_first_step, "scaling": bench_scaling, "p4": bench_recovery, "shrink": bench_shrink,
-             "e2e": bench_e2e}
+    parts = {"p3": bench_first_step, "scaling": bench_scaling, "p4": bench_recovery, "p4ft": bench_replicas,
+             "shrink": bench_shrink, "e2e": bench_e2e}
     results.log("starting a local cluster: head (num-cpus 0) + 2 worker nodes, token auth")
     cluster = bench_cluster(work / "shared")
     try:

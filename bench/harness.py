@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, TextIO, TypeVar
 
-ALL_PARTS = ("p1", "p2", "p1core", "ckptread", "p3", "p4", "p5", "scaling", "shrink", "e2e", "gpu")
+ALL_PARTS = ("p1", "p2", "p1core", "ckptread", "p3", "p4", "p4ft", "p5", "scaling", "shrink", "e2e", "gpu")
 TARGETS = {"p1_ratio": 0.97, "p2_wait_share": 0.05, "p3_running_s": 8.0, "p4_next_step_s": 10.0, "p1core_ratio": 0.97,
            "ckptread_ratio": 2.0, "p5_blocked_ratio": 0.10, "shrink_s": 15.0,
            "e2e_ratio": 1.0}

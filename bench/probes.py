@@ -83,7 +83,20 @@ class FirstStepProbe(nn.Module):
         return self.inner(*args, **kwargs)
 
     def _record(self, row: dict) -> None:
-        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        if getattr(self, "_rank", None) is None:
+            self._rank = _rank()
+        if self._rank != 0:
             return
         with open(self.path, "a") as handle:  # one short line per append: a reader never sees half of one
             handle.write(json.dumps({**row, "time": time.time(), "pid": os.getpid()}) + "\n")
+
+
+def _rank() -> int:
+    """This worker's Ray Train rank (torchft gives every worker a process group of its own, where each is rank 0),
+    else its torch.distributed rank, else 0."""
+    try:
+        import ray.train
+
+        return ray.train.get_context().get_world_rank()
+    except Exception:  # noqa: BLE001 - outside a Ray Train worker
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

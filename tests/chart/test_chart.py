@@ -119,7 +119,7 @@ def test_gpu_values_add_a_gpu_group_with_the_gpu_image():
     [cluster] = by_kind(render("values-gpu.yaml"), "RayCluster")
     [gpu] = [g for name, g in groups(cluster) if name == "gpu"]
     container = gpu["template"]["spec"]["containers"][0]
-    assert container["image"].endswith("-ray2.55.1-gpu")
+    assert container["image"].endswith("-ray2.60.0-gpu")
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert gpu["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     # No GPU Feature Discovery label assumed: the GPU limit places the pods (managed clusters lack the label).
@@ -364,7 +364,7 @@ BAD_VALUES = [
     ({"sharedStorage": {"nfs": {"server": "10.0.0.2"}}}, "sharedStorage.nfs.path is empty"),
     ({"sharedStorage": {"nfs": {"path": "/exports"}}}, "neither sharedStorage.nfs.server nor sharedStorage.existingClaim"),
     ({"sharedStorage": {"existingClaim": "a", "hostPath": "/data"}}, "set only one of existingClaim"),
-    ({"image": {"tag": "0.1.0-ray2.54.0"}}, "carries Ray 2.54.0 but rayVersion is 2.55.1"),
+    ({"image": {"tag": "0.1.0-ray2.54.0"}}, "carries Ray 2.54.0 but rayVersion is 2.60.0"),
     ({"rayVersion": "2.50.0", "image": {"tag": "custom"}}, "auth.enabled needs Ray >= 2.52.0"),
     ({"worker": {"replicas": 5, "maxReplicas": 4}}, "worker: need minReplicas <= replicas <= maxReplicas"),
     ({"worker": {"rayStartParams": {"num-cpus": "2"}}}, "worker.rayStartParams.num-cpus is set"),
@@ -938,8 +938,8 @@ def test_a_group_may_request_the_disk_its_tmp_needs():
 # The Ray version an image carries against rayVersion: the chart's validateValues.imageRayVersion and the validator's
 # check_image_version (raytrain validate, on any RayCluster) are one rule written twice, held together here.
 IMAGES = [("registry.example/team/raytrain", tag) for tag in
-          ("0.1.0-ray2.55.1", "0.1.0-ray2.55.1-gpu", "0.1.0-ray2.54.0", "ray2.54.0", "latest", "xray2.54.0",
-           "0.1.0-ray2.54.0rc1", "v1-ray2.55.1", "2.54.0")] + [("rayproject/ray", "2.54.0"), ("rayproject/ray", "2.55.1"),
+          ("0.1.0-ray2.60.0", "0.1.0-ray2.60.0-gpu", "0.1.0-ray2.54.0", "ray2.54.0", "latest", "xray2.54.0",
+           "0.1.0-ray2.54.0rc1", "v1-ray2.60.0", "2.54.0")] + [("rayproject/ray", "2.54.0"), ("rayproject/ray", "2.60.0"),
                                                                ("rayproject/ray-ml", "2.54.0-py311"),
                                                                ("registry.example/team/ray", "1.2.0")]
 
@@ -950,9 +950,9 @@ def test_the_chart_and_the_validator_agree_on_the_images_ray_version(repository,
     from raytrain.validator.raytrain_rules import check_image_version
 
     doc = Doc("values.yaml", {"kind": "RayCluster", "metadata": {"name": "x"}})
-    refused_by_validator = bool(check_image_version(doc, "image", f"{repository}:{tag}", "2.55.1"))
+    refused_by_validator = bool(check_image_version(doc, "image", f"{repository}:{tag}", "2.60.0"))
     try:
-        render_chart(CHART, (), {**S3_VALUES, "rayVersion": "2.55.1",
+        render_chart(CHART, (), {**S3_VALUES, "rayVersion": "2.60.0",
                                  "image": {"repository": repository, "tag": tag}})
         refused_by_chart = False
     except ChartError as caught:
@@ -966,8 +966,8 @@ def test_a_teams_own_image_named_ray_carries_no_ray_version():
     from raytrain.validator.raytrain_rules import check_image_version
 
     doc = Doc("values.yaml", {"kind": "RayCluster", "metadata": {"name": "x"}})
-    assert check_image_version(doc, "image", "registry.example/team/ray:1.2.0", "2.55.1") == []
-    assert check_image_version(doc, "image", "docker.io/rayproject/ray:2.54.0-py311", "2.55.1")
+    assert check_image_version(doc, "image", "registry.example/team/ray:1.2.0", "2.60.0") == []
+    assert check_image_version(doc, "image", "docker.io/rayproject/ray:2.54.0-py311", "2.60.0")
 
 
 # ---------------------------------------------------------------------------------------------------- history server

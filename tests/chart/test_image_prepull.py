@@ -69,7 +69,7 @@ PREPULLED = [
                                            "off": {**HIGHMEM, "disabled": True}}}, ["worker", "highmem"], []),
     # A worker group may be named "head" (without Kueue): it is prepulled as any other, the head only on request.
     ([], {**ON, "additionalWorkerGroups": {"head": HIGHMEM}}, ["worker", "head"], []),
-    ([], {**ON, "image": {"tag": "0.1.0-ray2.55.1-rc1", "gpuTagSuffix": "-cuda", "pullPolicy": "Always",
+    ([], {**ON, "image": {"tag": "0.1.0-ray2.60.0-rc1", "gpuTagSuffix": "-cuda", "pullPolicy": "Always",
                           "pullSecrets": ["regcred", "mirror"]},
           "additionalWorkerGroups": {"a100": {**HIGHMEM, "gpus": 2, "nodeSelector": {"gpu": "a100"},
                                               "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}},

@@ -116,13 +116,13 @@ def fake(tmp_path, monkeypatch):
 
 
 def rayjob(tmp_path: Path, entrypoint: str = "python train.py", **spec) -> Path:
-    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.60.0",
                  "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump({
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "tiny"},
         "spec": {"entrypoint": entrypoint, **spec, "rayClusterSpec": {
-            "rayVersion": "2.55.1",
+            "rayVersion": "2.60.0",
             "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}}}},
     }))
     return path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from raytrain.driver.raytrainer import root_cause
 
 
@@ -90,3 +92,24 @@ def test_a_cluster_runs_workers_report_their_metrics_every_second_unless_the_use
     assert env_of(on_cluster=True, worker_report_interval_ms=5000) == {
         "env_vars": {"RAY_metrics_report_interval_ms": "5000"}}
     assert env_of(on_cluster=False) == {}  # an embedded Ray: nothing lingers, nothing to shorten
+
+
+def test_a_torchft_run_gets_ray_trains_torchft_backend_with_a_lighthouse_that_needs_no_cpu(tmp_path):
+    """scaling.fault_tolerance torchft: Ray 2.60's TorchftConfig with raytrain's Lighthouse settings, whose actor
+    asks for no CPU (a head with none for training would never schedule Ray's) and is reached by the node's IP;
+    torchft's Rust logs kept to warnings on the workers. A restart run keeps Ray Train's plain torch backend."""
+    from ray.train.v2.torch.torchft_config import TorchftConfig, _TorchftBackend
+
+    from raytrain.driver.raytrainer import build_trainer
+    from raytrain.spec.config import load_config
+    from raytrain.worker.replicas import lighthouse_kwargs
+
+    trainer = build_trainer(load_config("linear", ["scaling.fault_tolerance=torchft"]), tmp_path, {"CPU": 1.0})
+    config = trainer.backend_config
+    assert isinstance(config, TorchftConfig) and config.lighthouse_kwargs == lighthouse_kwargs()
+    assert issubclass(config.backend_cls, _TorchftBackend) and config.backend_cls.has_replica_groups
+    source = inspect.getsource(config.backend_cls._maybe_create_lighthouse_actor)
+    assert "num_cpus=0" in source and "by_ip(" in source
+    assert trainer.run_config.worker_runtime_env == {"env_vars": {"RUST_LOG": "warn"}}
+    plain = build_trainer(load_config("linear"), tmp_path, {"CPU": 1.0})
+    assert not isinstance(plain.backend_config, TorchftConfig)

@@ -82,3 +82,14 @@ def test_ray_data_keeps_its_reserved_cpu_when_trials_are_packed():
     # 2 CPUs, workers at 0.5 CPU (the launcher's auto sizing with Ray Data): one trial, not two.
     assert concurrent_trials([{"CPU": 2.0}], {"CPU": 0.5}, 2, 0, reserve_cpus=1.0) == 1
     assert concurrent_trials([{"CPU": 2.0}], {"CPU": 0.5}, 2, 0) == 2
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["scaling.num_workers=[1, 2]"], "--set scaling.num_workers=2"),
+    (["scaling.fault_tolerance=torchft"], "--set scaling.fault_tolerance=restart"),
+])
+def test_a_run_config_tune_cannot_run_is_refused_before_any_trial(tmp_path, overrides, expected):
+    search = load_search(write(tmp_path, "space: {train.lr: {loguniform: [0.001, 0.01]}}"))
+    with pytest.raises(ConfigError) as err:
+        check_space(load_config("text-rnn", overrides, smoke=True), search)
+    assert expected in str(err.value) and str(search.source) in str(err.value)

@@ -31,12 +31,12 @@ def drained_cluster_spec() -> dict:
     """A RayCluster spec as the chart renders it, in small: token auth, a head without training CPUs, two workers,
     every Ray container with the chart's preStop hook."""
     def container() -> dict:
-        return {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+        return {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.60.0",
                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
                 "lifecycle": {"preStop": {"exec": {"command": ["raytrain", "drain", "--wait", str(WAIT_S)]}}}}
 
     template = {"spec": {"terminationGracePeriodSeconds": GRACE_S, "containers": [container()]}}
-    return {"rayVersion": "2.55.1", "authOptions": {"mode": "token"},
+    return {"rayVersion": "2.60.0", "authOptions": {"mode": "token"},
             "headGroupSpec": {"rayStartParams": {"num-cpus": "0"}, "template": template},
             "workerGroupSpecs": [{"groupName": "worker", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
                                   "rayStartParams": {}, "template": template}]}

@@ -67,12 +67,12 @@ def variant(src: Path, dest: Path, job: dict | None = None, spec: dict | None = 
 
 def tiny_job(dest: Path, entrypoint: str, workers: int = 0, **spec) -> Path:
     """A RayJob with its own small cluster (token auth on) and an arbitrary entrypoint."""
-    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.60.0",
                  "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}
     job = {
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "tiny"},
         "spec": {"entrypoint": entrypoint, **spec, "rayClusterSpec": {
-            "rayVersion": "2.55.1", "authOptions": {"mode": "token"},
+            "rayVersion": "2.60.0", "authOptions": {"mode": "token"},
             "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
             "workerGroupSpecs": [{"groupName": "worker", "replicas": workers, "minReplicas": 0, "maxReplicas": 2,
                                   "rayStartParams": {}, "template": {"spec": {"containers": [container]}}}]}},

@@ -82,9 +82,9 @@ def first_attempt(ray_head, tmp_path_factory) -> Path:
     """The storage of RESUMED's first attempt (2 epochs, a checkpoint each), run before Prometheus scrapes.
 
     It also shows the node's metrics agent every metric name (raytrain's and Ray's for this workload) before any
-    scrape: Ray 2.55's agent deadlocks for good when a name it has not seen arrives while a scrape collects
+    scrape: Ray 2.55's agent deadlocked for good when a name it has not seen arrives while a scrape collects
     (ray-project/ray#64946, fixed in Ray 2.57: the registration takes the recorder's lock, then the OpenTelemetry
-    SDK's; the scrape the other way round), which a scrape every second makes likely. Seen in CI: the agent's
+    SDK's; the scrape the other way round), which a scrape every second made likely. Seen in CI: the agent's
     endpoint answered for 18 s and never again (docs/guides/monitoring.md says what a user can do)."""
     storage = tmp_path_factory.mktemp("resumed")
     run_digits(ray_head, storage, RESUMED, "--set", "train.epochs=2", "--set", "run.checkpoint_every=1")

@@ -41,7 +41,7 @@ PROBE = textwrap.dedent("""
     # Ray Train's elastic policy asks the AutoscalingCoordinator which workers fit: one 1-CPU worker, on the node
     coordinator = get_or_create_autoscaling_coordinator()
     ray.get(coordinator.request_resources.remote("raytrain-test", [{"CPU": 1}], 600))
-    print("allocated", ray.get(coordinator.get_allocated_resources.remote("raytrain-test")), flush=True)
+    print("allocated", sorted(ray.get(coordinator.get_reserved_resources.remote("raytrain-test")).values(), key=str), flush=True)
     print("before", rayinternals.node_is_draining(node), flush=True)
     w.global_worker.gcs_client.drain_node(node, 2, "test", int((time.time() + 60) * 1000))
     deadline = time.time() + 10
@@ -49,9 +49,9 @@ PROBE = textwrap.dedent("""
         time.sleep(0.2)
     print("after", rayinternals.node_is_draining(node), rayinternals.node_is_draining(head), flush=True)
     # Until its 20 s tick, the coordinator still counts the drained node; refreshed, it leaves it out
-    print("stale", ray.get(coordinator.get_allocated_resources.remote("raytrain-test")), flush=True)
+    print("stale", sorted(ray.get(coordinator.get_reserved_resources.remote("raytrain-test")).values(), key=str), flush=True)
     print("counted", rayinternals.refresh_autoscaling_coordinator(), flush=True)
-    print("refreshed", ray.get(coordinator.get_allocated_resources.remote("raytrain-test")), flush=True)
+    print("refreshed", sorted(ray.get(coordinator.get_reserved_resources.remote("raytrain-test")).values(), key=str), flush=True)
 """)
 
 

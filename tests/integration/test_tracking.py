@@ -104,12 +104,12 @@ def assert_one_run_equal_to_metrics(uri: str, experiment: str, run_dir: Path):
 
 def rayjob(path: Path, entrypoint: str) -> Path:
     """A RayJob whose cluster is one head pod (1 CPU) and whose entrypoint is `entrypoint`."""
-    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+    container = {"name": "ray", "image": "ghcr.io/raytrain/raytrain:0.1.0-ray2.60.0",
                  "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}
     path.write_text(yaml.safe_dump({
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "tracked"},
         "spec": {"entrypoint": entrypoint, "rayClusterSpec": {
-            "rayVersion": "2.55.1", "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+            "rayVersion": "2.60.0", "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
                 "containers": [container]}}}}}}))
     return path
 

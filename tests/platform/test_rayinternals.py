@@ -94,17 +94,34 @@ def test_the_coordinator_refresher_ships_by_value_and_loads_where_raytrain_canno
              f"refresh = pickle.loads(open({str(blob)!r}, 'rb').read())\n"
              "import threading\n"
              "class Coordinator:  # the attributes Ray's actor has (checked against Ray below)\n"
-             "    _lock = threading.Lock(); _cluster_node_resources = [{'CPU': 1.0}]\n"
+             "    _lock = threading.RLock(); _cluster_node_resources = {None: {'n1': {'CPU': 1.0}}}\n"
              "    def _update_cluster_node_resources(self): pass\n"
-             "    def _reallocate_resources(self): pass\n"
+             "    def _refresh_resource_reservations(self): pass\n"
              "c = Coordinator(); print(refresh(c), c._get_cluster_nodes.__name__)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.split() == ["1", "nodes_not_draining"], done.stdout + done.stderr
     from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
         _AutoscalingCoordinatorActor as Actor,
     )
-    for name in ("_update_cluster_node_resources", "_reallocate_resources", "_tick"):
+    for name in ("_update_cluster_node_resources", "_refresh_resource_reservations", "_tick"):
         assert callable(getattr(Actor, name)), name
     source = inspect.getsource(Actor)
-    assert "self._get_cluster_nodes = get_cluster_nodes" in source and "self._lock = threading.Lock()" in source
-    assert "self._cluster_node_resources" in source
+    assert "self._get_cluster_nodes = get_cluster_nodes" in source and "self._lock = threading.RLock()" in source
+    # Grouped by subcluster ({label value: {node id: resources}}), which the refresher's count sums over
+    assert "self._cluster_node_resources: Dict[Optional[LabelValue], NodeResources]" in source
+
+
+def test_the_torchft_backend_raytrain_copies_is_the_pinned_rays():
+    """rayinternals.torchft_config copies Ray's _TorchftBackend._maybe_create_lighthouse_actor for two changes (a
+    Lighthouse that asks for no CPU, reached by IP): the copied shape must still be Ray's."""
+    from ray.train.v2.torch.torchft_config import LighthouseServerActor, _TorchftBackend
+
+    source = inspect.getsource(_TorchftBackend._maybe_create_lighthouse_actor)
+    for piece in ("self.lighthouse_actor", 'if "bind" in backend_config.lighthouse_kwargs', '{"bind": "[::]:0"}',
+                  "LighthouseServerActor.options(", "NodeAffinitySchedulingStrategy(", "soft=False",
+                  "ray.get(self.lighthouse_actor.address.remote())"):
+        assert piece in source, piece
+    assert "num_cpus" not in source  # Ray's asks for the default CPU: the reason for raytrain's copy
+    assert hasattr(LighthouseServerActor, "options") and _TorchftBackend.has_replica_groups
+    config = rayinternals.torchft_config({"min_replicas": 1})
+    assert issubclass(config.backend_cls, _TorchftBackend) and config.lighthouse_kwargs == {"min_replicas": 1}

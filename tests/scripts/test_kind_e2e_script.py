@@ -134,7 +134,7 @@ def test_plan_commands_follow_the_user_path(tmp_path):
         "upgrade --install kuberay-operator",
         "scripts/build-image",
         # Docker 29's containerd image store breaks `kind load docker-image` (kind issue 3795): an archive loads.
-        "docker save --output /ARTIFACTS/work/image.tar ghcr.io/raytrain/raytrain:0.1.0-ray2.55.1",
+        "docker save --output /ARTIFACTS/work/image.tar ghcr.io/raytrain/raytrain:0.1.0-ray2.60.0",
         "kind load image-archive /ARTIFACTS/work/image.tar --name raytrain",
         # nfsd checked in the kernel that runs the node, whatever the host OS, before waiting on the NFS server.
         "docker exec raytrain-control-plane sh -c grep -qw nfsd /proc/filesystems || modprobe nfsd",

@@ -111,6 +111,18 @@ BAD = [
     (None, ["scaling.num_workers=[1, 2]", "data.loader=ray"], ["data.loader", "use data.loader: torch"]),
     (None, ["scaling.num_workers=[1, 2]", "scaling.elastic_resize_monitor_interval_s=0"],
      ["scaling.elastic_resize_monitor_interval_s", "greater than 0"]),
+    # torchft: what it cannot go with is refused before Ray starts, naming the fix
+    (None, ["scaling.fault_tolerance=torchfd"], ["scaling.fault_tolerance", "'restart'", "'torchft'"]),
+    (None, ["scaling.fault_tolerance=torchft", "scaling.num_workers=[1, 2]"],
+     ["scaling.fault_tolerance", "elastic scaling.num_workers (1..2 (elastic))", "give scaling.num_workers one count"]),
+    (None, ["scaling.fault_tolerance=torchft", "scaling.strategy=fsdp"],
+     ["scaling.fault_tolerance", "scaling.strategy fsdp", "use scaling.strategy: ddp"]),
+    (None, ["scaling.fault_tolerance=torchft", "data.loader=ray"],
+     ["scaling.fault_tolerance", "data.loader ray", "set data.loader: torch"]),
+    (None, ["scaling.fault_tolerance=torchft", "scaling.use_gpu=true", "train.mixed_precision=fp16"],
+     ["scaling.fault_tolerance", "train.mixed_precision fp16", "use bf16"]),
+    (None, ["scaling.fault_tolerance=torchft", "run.checkpointer=sharded"],
+     ["scaling.fault_tolerance", "run.checkpointer sharded", "set run.checkpointer: file"]),
     (None, ["scaling.cpus_per_worker=lots"], ["scaling.cpus_per_worker", "'auto'"]),
     (None, ["scaling.use_gpu=maybe"], ["scaling.use_gpu", "use true or false"]),
     (None, ["run.keep_checkpoints=0"], ["run.keep_checkpoints"]),
@@ -280,6 +292,8 @@ def test_name_and_storage_are_strings_as_typed(tmp_path, name):
     ("cifar10-vit", ["data.loader=auto", "data.synthetic=true", "data.synthetic_train=512", "data.synthetic_val=128"],
      "torch", "1.9 MB in memory"),
     ("linear", ["data.loader=auto", "scaling.num_workers=[1, 2]"], "torch", "as every elastic run"),
+    ("linear", ["data.loader=auto", "data.num_samples=9000000", "scaling.fault_tolerance=torchft"], "torch",
+     "as every scaling.fault_tolerance torchft run"),
     ("streaming", ["data.loader=auto"], "ray", "does not say how large its data is"),
 ])
 def test_data_loader_auto_is_chosen_by_the_datas_size_and_says_why(preset, overrides, loader, says):

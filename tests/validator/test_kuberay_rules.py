@@ -26,7 +26,7 @@ apiVersion: ray.io/v1
 kind: RayCluster
 metadata: {name: rc}
 spec:
-  rayVersion: "2.55.1"
+  rayVersion: "2.60.0"
   headGroupSpec:
     rayStartParams: {}
     template:
@@ -152,7 +152,8 @@ CASES = [
     Case("worker idleTimeoutSeconds without autoscaler v2", C, {f"{W0}.idleTimeoutSeconds": 60},
          {f"{W0}.idleTimeoutSeconds": 60, "spec.autoscalerOptions": {"version": "v2"}},
          f"{W0}.idleTimeoutSeconds", "only autoscaler v2"),
-    Case("priority below Ray 2.56.0", C, {f"{W0}.priority": 5, "spec.autoscalerOptions": {"version": "v2"}},
+    Case("priority below Ray 2.56.0", C, {f"{W0}.priority": 5, "spec.autoscalerOptions": {"version": "v2"},
+                                          "spec.rayVersion": "2.55.1"},
          {f"{W0}.priority": 5, "spec.autoscalerOptions": {"version": "v2"}, "spec.rayVersion": "2.56.0"},
          "spec.rayVersion", "needs Ray 2.56.0"),
     Case("priority without rayVersion", C,
@@ -637,7 +638,7 @@ def test_cli_passes_the_gates_to_the_rules(raytrain, crd_dir, tmp_path):
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("2.52.0", (2, 52, 0)), ("v2.52", (2, 52)), (" 2.53.0rc1", (2, 53, 0)), ("2.55.1-gpu", (2, 55, 1)),
+    ("2.52.0", (2, 52, 0)), ("v2.52", (2, 52)), (" 2.53.0rc1", (2, 53, 0)), ("2.60.0-gpu", (2, 60, 0)),
     ("2", None), ("latest", None), ("02.1", None), ("", None),
 ])
 def test_ray_versions_parse_as_kuberay_parses_them(text, expected):

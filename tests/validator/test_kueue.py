@@ -30,7 +30,7 @@ GROUP = {"groupName": "cpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 2, 
                                                "resources": {"limits": {"cpu": "4", "memory": "8Gi"}}}]}}}
 CLUSTER = {
     "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"},
-    "spec": {"rayVersion": "2.55.1",
+    "spec": {"rayVersion": "2.60.0",
              "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
                  {"name": "ray-head", "image": "registry.example/app:1",
                   "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}}]}}},

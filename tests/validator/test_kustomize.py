@@ -135,7 +135,7 @@ def test_the_kustomization_s_images_entry_is_the_one_place_the_image_is_named(cr
                                                               "    newName: registry.example.com/team/raytrain"))
     [job] = [d for d in yaml.safe_load_all(kustomize_build(own_code)) if d["kind"] == "RayJob"]
     [container] = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
-    assert container["image"] == "registry.example.com/team/raytrain:0.1.0-ray2.55.1"
+    assert container["image"] == "registry.example.com/team/raytrain:0.1.0-ray2.60.0"
     found = validate_paths([own_code], crd_dir, values=CHOSEN)
     assert [p for p in found if LOCAL_IMAGE_NOTE in p.message or p.is_error] == []
 

@@ -166,6 +166,17 @@ def test_a_ray_train_function_with_its_train_loop_config_needs_no_model_or_data(
     assert cfg.train.batch_size == 64
 
 
+def test_torchft_for_a_ray_train_function_is_refused_before_ray_starts(project):
+    from raytrain.spec.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(project, """
+            loop: {_component_: rt_funcs.train_func}
+            scaling: {num_workers: 2, fault_tolerance: torchft}
+        """))
+    assert "scaling.fault_tolerance" in str(caught.value) and "Fix: use a raytrain.Session loop" in str(caught.value)
+
+
 def test_no_parameter_or_a_named_one_with_train_loop_config_and_none_given_at_all(project):
     assert loops.is_ray_train_loop(load_config(write(project, "loop: {_component_: rt_funcs.no_args}")))
     named = load_config(write(project, "loop: {_component_: rt_funcs.named_cfg, train_loop_config: {a: 1}}"))

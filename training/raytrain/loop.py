@@ -50,12 +50,15 @@ def train_loop(session: Session) -> None:
         carried = float(running.samples)  # restored from a mid-epoch checkpoint: trained by an earlier attempt
         log = None
         if cfg.run.log_every_steps:
-            def log(step: int, loss: "torch.Tensor", epoch: int = epoch) -> None:
-                if step % cfg.run.log_every_steps == 0:
-                    session.log_step(epoch, step, {"train_loss": loss, "lr": optimizer.param_groups[0]["lr"]})
+            # Steps counted in the epoch, after those an earlier group trained (a resume mid-epoch)
+            def log(step: int, loss: "torch.Tensor", epoch: int = epoch,
+                    before: int = session.steps_before(epoch)) -> None:
+                if (before + step) % cfg.run.log_every_steps == 0:
+                    session.log_step(epoch, before + step, {"train_loss": loss,
+                                                            "lr": optimizer.param_groups[0]["lr"]})
         train_epoch(model, session.batches("train", epoch), optimizer, loss_fn, grad_clip=cfg.train.grad_clip,
                     amp_dtype=amp_dtype, scaler=scaler, stats=running, accum_steps=cfg.train.grad_accum_steps,
-                    scheduler=per_step, on_step=log)
+                    scheduler=per_step, on_step=log, sync=session.sync_gradients)
         if scheduler is not None and per_step is None:
             scheduler.step()
         seconds = time.perf_counter() - began
@@ -156,10 +159,12 @@ def train_epoch(
     accum_steps: int = 1,
     scheduler: Any = None,
     on_step: Optional[Callable[[int, "torch.Tensor"], None]] = None,
+    sync: Optional[Callable[[], bool]] = None,
 ) -> EpochStats:
     """One pass over `batches` (micro-batches: an optimizer step every `accum_steps` of them, the gradients of each
     averaged as one batch), summed into `stats` (a new EpochStats if None), which it returns. scheduler: stepped
-    after every optimizer step. on_step(step, loss of its last micro-batch): after every optimizer step."""
+    after every optimizer step. on_step(step, loss of its last micro-batch): after every optimizer step.
+    sync: before clipping, shares the gradients and says whether the step commits (Session.sync_gradients)."""
     model.train()
     stats = stats if stats is not None else EpochStats()
     step = micro = 0
@@ -182,23 +187,28 @@ def train_epoch(
         if not boundary:
             continue
         step += 1
-        _optimizer_step(model, optimizer, grad_clip, scaler, scheduler)
+        _optimizer_step(model, optimizer, grad_clip, scaler, scheduler, sync)
         if on_step is not None:
             on_step(step, loss.detach())
         if max_steps and step >= max_steps:
             break
     else:
         if micro % accum_steps:  # the epoch's last step had fewer micro-batches: its gradients still count
-            _optimizer_step(model, optimizer, grad_clip, scaler, scheduler)
+            _optimizer_step(model, optimizer, grad_clip, scaler, scheduler, sync)
     return stats
 
 
 def _optimizer_step(model: "nn.Module", optimizer: "torch.optim.Optimizer", grad_clip: float,
-                    scaler: Optional["torch.amp.GradScaler"], scheduler: Any) -> None:
+                    scaler: Optional["torch.amp.GradScaler"], scheduler: Any,
+                    sync: Optional[Callable[[], bool]] = None) -> None:
     from torch import nn
 
     if scaler is not None:
         scaler.unscale_(optimizer)
+    if sync is not None and not sync():  # torchft: a step the replicas did not commit changes nothing
+        if scaler is not None:
+            scaler.update()
+        return
     if grad_clip > 0:
         nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     if scaler is not None:

@@ -230,7 +230,7 @@ spec:
       {{- if or $v.env .head $osEnv }}
       env:
         {{- if .head }}
-        # Read by the job supervisor on the head (Ray 2.55 dashboard/modules/job/job_supervisor.py): how long a
+        # Read by the job supervisor on the head (Ray 2.60 dashboard/modules/job/job_supervisor.py): how long a
         # stopped job's driver (RayJob deleted, `ray job stop`) has after SIGTERM before SIGKILL; Ray's 3 s is
         # shorter than the checkpoint raytrain takes on SIGTERM.
         - {name: RAY_JOB_STOP_WAIT_TIME_S, value: {{ $root.Values.jobStopWaitSeconds | int | quote }}}
@@ -253,7 +253,7 @@ spec:
         - {name: gcs-server, containerPort: 6379}
         - {name: dashboard, containerPort: 8265}
         - {name: client, containerPort: 10001}
-        # Ray 2.55's AUTOSCALER_METRIC_PORT and DASHBOARD_METRIC_PORT (the names KubeRay's PodMonitor scrapes).
+        # Ray 2.60's AUTOSCALER_METRIC_PORT and DASHBOARD_METRIC_PORT (the names KubeRay's PodMonitor scrapes).
         - {name: as-metrics, containerPort: 44217}
         - {name: dash-metrics, containerPort: 44227}
         {{- end }}

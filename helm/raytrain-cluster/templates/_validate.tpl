@@ -89,8 +89,8 @@ sharedStorage.nfs.path is set but neither sharedStorage.nfs.server nor sharedSto
 {{- end }}
 
 {{/* rayVersion is written once: an explicit image tag must carry the same Ray. The same rule as raytrain validate's
-check_image_version (tests/chart/test_chart.py holds them together): raytrain's "<version>-ray2.55.1[-gpu]", or
-rayproject/ray[-ml|-llm]:2.55.1[-...] (a team's own image named ray carries no Ray version in its tag). */}}
+check_image_version (tests/chart/test_chart.py holds them together): raytrain's "<version>-ray2.60.0[-gpu]", or
+rayproject/ray[-ml|-llm]:2.60.0[-...] (a team's own image named ray carries no Ray version in its tag). */}}
 {{- define "raytrain.validateValues.imageRayVersion" -}}
 {{- $tag := include "raytrain.imageTag" . }}
 {{- $imageRay := regexFind "(^|-)ray[0-9]+[.][0-9]+[.][0-9]+" $tag | trimPrefix "-" | trimPrefix "ray" }}
@@ -152,7 +152,7 @@ additionalWorkerGroups.{{ $name }}: the name {{ $name | quote }} belongs to a bu
 
 {{/*
 A shmSize of our own replaces the /dev/shm KubeRay would size to the memory limit (pod.go addEmptyDir), so it must
-hold the object store Ray 2.55 creates there: 30% of the node's memory, at most 200 GB, or rayStartParams
+hold the object store Ray 2.60 creates there: 30% of the node's memory, at most 200 GB, or rayStartParams
 object-store-memory (ray/_private/utils.py resolve_object_store_memory). Smaller, Ray puts the store in /tmp
 ("This will harm performance").
 */}}
@@ -196,7 +196,7 @@ preStopDrain.marginSeconds ({{ .Values.preStopDrain.marginSeconds }}) must be be
 {{- printf "%.0fMi" (ceil (divf (float64 .) 1048576.0)) }}
 {{- end }}
 
-{{/* Bytes Ray 2.55 gives the object store of a group (its values): rayStartParams object-store-memory, else 30% of memory capped at 200 GB. */}}
+{{/* Bytes Ray 2.60 gives the object store of a group (its values): rayStartParams object-store-memory, else 30% of memory capped at 200 GB. */}}
 {{- define "raytrain.objectStoreBytes" -}}
 {{- $explicit := dig "object-store-memory" "" (default dict .rayStartParams) }}
 {{- if $explicit }}

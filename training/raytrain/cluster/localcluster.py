@@ -302,6 +302,8 @@ class LocalCluster:
         if self.token:
             env["RAY_AUTH_MODE"] = "token"
             env["RAY_AUTH_TOKEN_PATH"] = str(self.token_path)
+        else:  # not Ray's own choice from the user's ~/.ray/auth_token (raynode.bare_environ)
+            env["RAY_AUTH_MODE"] = "disabled"
         return env
 
     def _write_state(self) -> None:

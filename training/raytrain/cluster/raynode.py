@@ -98,5 +98,8 @@ def bare_environ(environ: Mapping[str, str]) -> dict[str, str]:
     joins the cluster it is told to, with the token it is given), and this venv's bin first on PATH (`ray`,
     `raytrain`)."""
     env = {k: v for k, v in environ.items() if not k.startswith("RAY_AUTH") and k != "RAY_ADDRESS"}
+    # Token auth only where the caller turns it on with its token: Ray (2.59 and later) turns it on by itself when it
+    # finds ~/.ray/auth_token (a local ray.init() writes one), which a pod without a token never has
+    env["RAY_AUTH_MODE"] = "disabled"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env

@@ -72,12 +72,16 @@ class DataSource:
         raise NotImplementedError
 
 
-def choose_loader(source: Optional[DataSource], loaders: tuple[str, ...], elastic: bool = False) -> tuple[str, str]:
+def choose_loader(source: Optional[DataSource], loaders: tuple[str, ...], elastic: bool = False,
+                  torchft: bool = False) -> tuple[str, str]:
     """data.loader: auto -> (the loader, why), said in the run's records."""
     if "torch" not in loaders or "ray" not in loaders:
         return loaders[0], f"auto: {loaders[0]}, the only loader this data source feeds"
     if elastic:
         return "torch", "auto: torch, as every elastic run (Ray Data's tasks need CPUs a grow would take)"
+    if torchft:
+        return "torch", ("auto: torch, as every scaling.fault_tolerance torchft run (a replacement's loader starts at "
+                         "the step its peers are at)")
     size = source.memory_bytes() if source is not None else None
     if size is None:
         return "ray", "auto: ray, the data source does not say how large its data is (DataSource.memory_bytes)"
@@ -90,7 +94,8 @@ def choose_loader(source: Optional[DataSource], loaders: tuple[str, ...], elasti
 
 
 def resolve_loader(loader: Any, loaders: tuple[str, ...], path: str, function: str,
-                   source: Callable[[], Optional[DataSource]], elastic: bool = False) -> tuple[str, str]:
+                   source: Callable[[], Optional[DataSource]], elastic: bool = False,
+                   torchft: bool = False) -> tuple[str, str]:
     """data.loader as the config gives it -> (the loader, why: "" unless auto chose it), or ValueError with the
     fix. function: the component's path where it is a plain function (auto cannot ask it its size); source: makes
     the DataSource to ask (None where its code is not imported)."""
@@ -100,7 +105,7 @@ def resolve_loader(loader: Any, loaders: tuple[str, ...], path: str, function: s
             raise ValueError(f"data.loader: auto chooses by the data's size, which only a DataSource class says (its "
                              f"memory_bytes()); {function} is a function. Fix: set data.loader: torch (map-style "
                              f"datasets) or ray (Ray Datasets), whichever it returns.")
-        loader, reason = choose_loader(source(), loaders, elastic=elastic)
+        loader, reason = choose_loader(source(), loaders, elastic=elastic, torchft=torchft)
     if loader not in loaders:
         raise ValueError(f"data.loader: {shown(loader)} is not available for {path}. Fix: use one of {', '.join(loaders)}"
                          + (f", or {AUTO} (chosen by the data's size)." if len(loaders) > 1 and not function else "."))

@@ -17,7 +17,6 @@ import logging
 import os
 import sys
 import threading
-import warnings
 from pathlib import Path
 from typing import Optional, TextIO
 
@@ -26,11 +25,12 @@ from raytrain.driver import dataprep, runtimeenv, scaleup, workerdeaths
 from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import show_rows
+from raytrain.platform import rayinternals
 from raytrain.platform.rayinternals import quiet_ray_thread_warning
 from raytrain.rundir import console, layout, runrecords, storage, workerlogs
 from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
-from raytrain.worker import elastic, telemetry
+from raytrain.worker import elastic, replicas, telemetry
 from raytrain.worker.raysession import worker_entry
 
 # Ray Train V2's controller polls its workers (and collects their reports) every 2 s by default; each report
@@ -69,9 +69,6 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
     # `ray job logs`).
     if ray.is_initialized():
         return "already connected"
-    # Ray 2.55 announces a future default with a FutureWarning on every init. We want today's behaviour (workers
-    # that asked for no GPU see none), so the tip is noise here.
-    warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
 
     quiet_ray_thread_warning()  # the attempt starts Ray from its body's thread on purpose
     if address:
@@ -150,6 +147,16 @@ class Progress(threading.Thread):
                 console.info("resize", f"the run goes on on {event.get('workers')} workers (it had "
                              f"{event.get('previous')})", out=self.out, rank=0, workers=event.get("workers"),
                              previous=event.get("previous"))
+            elif event["event"] == "replicas":  # torchft: the quorum's size changed (raytrain.worker.replicas)
+                gone = event.get("participants", 0) < event.get("previous", 0)
+                console.info("replicas", f"{'a replica is lost: ' if gone else ''}the run goes on with "
+                             f"{event.get('participants')} replicas (it had {event.get('previous')}), at step "
+                             f"{event.get('step')}", out=self.out, rank=0, participants=event.get("participants"),
+                             previous=event.get("previous"))
+            elif event["event"] == "healed":
+                console.info("healed", f"rank {event.get('rank')}'s replacement healed from a live peer in "
+                             f"{event.get('heal_s')} s and trains from epoch {event.get('epoch')}, step "
+                             f"{event.get('step')}", out=self.out, rank=0, epoch=event.get("epoch"))
             elif event["event"] == "restored":
                 at = f" (at step {event['step']} of epoch {event['epoch'] + 1})" if event.get("step") else ""
                 console.info("restored", f"resuming after epoch {event['epoch']}{at} from {event['checkpoint']}",
@@ -208,6 +215,15 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
         callbacks = (*callbacks, elastic.coordinator_callback(run_dir, lease_token, refresh=refresh_coordinator))
     # A worker whose process dies records no failure of its own: the controller's health check finds it
     callbacks = (*callbacks, workerdeaths.record_deaths_callback(run_dir, lease_token or 0))
+    worker_env = {"RAY_metrics_report_interval_ms": str(int(worker_report_interval_ms))} if on_cluster else {}
+    torch_config = None
+    if s.torchft:
+        # torchft's Rust side logs every quorum and commit at INFO to each worker's stderr otherwise
+        worker_env["RUST_LOG"] = "warn"
+        # Ray 2.60's torchft backend: a Lighthouse beside the controller, each worker its own replica group, and a
+        # failed worker replaced alone while the others train on (raytrain.worker.replicas). Each replacement counts
+        # against run.max_failures, as a restart does.
+        torch_config = rayinternals.torchft_config(replicas.lighthouse_kwargs())
     return TorchTrainer(
         worker_entry,
         train_loop_config={"config": cfg.to_dict(), "run_dir": str(run_dir), "cpus_per_worker": per_worker["CPU"],
@@ -222,11 +238,11 @@ def build_trainer(cfg: RunConfig, run_dir: Path, per_worker: dict[str, float], c
             callbacks=list(callbacks),
             # Ray Train merges these env_vars into the workers' runtime env (WorkerGroup._get_worker_runtime_env),
             # over the job's and the node's: the driver's setting is the one the workers (and their linger) use.
-            worker_runtime_env={"env_vars": {"RAY_metrics_report_interval_ms": str(int(worker_report_interval_ms))}}
-            if on_cluster else None,
+            worker_runtime_env={"env_vars": worker_env} if worker_env else None,
         ),
         datasets=dataprep.driver_datasets(cfg),
         dataset_config=dataset_config(cfg),
+        torch_config=torch_config,
     )
 
 

@@ -145,6 +145,11 @@ def check_space(base: RunConfig, search: SearchSpec) -> None:
         raise ConfigError(f"{search.source}: the run config's scaling.num_workers {base.scaling.num_workers} is "
                           f"elastic, and raytrain tune runs every trial at a fixed size. Fix: --set "
                           f"scaling.num_workers={base.scaling.max_workers} (or any one count).")
+    if base.scaling.torchft:  # Ray Tune reads a trial's metrics from ray.train.report, which torchft runs skip
+        raise ConfigError(f"{search.source}: the run config's scaling.fault_tolerance is torchft, which raytrain tune "
+                          f"does not run (its replicas skip ray.train.report, a barrier a missing replica would "
+                          f"hold, and that is how Ray Tune reads a trial). Fix: --set "
+                          f"scaling.fault_tolerance=restart for the search.")
     for key, dist in search.space.items():
         for value in sample_values(dist):
             try:

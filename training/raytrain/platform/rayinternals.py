@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
+from urllib.parse import urlsplit
 
 # Ray sets each actor process's title to ray::<Class>[.<method>]: Ray Train's worker actor class (v1 and v2).
 TRAIN_WORKER_TITLES = ("ray::RayTrainWorker", "ray::_RayTrainWorker")
@@ -62,8 +63,10 @@ def coordinator_refresher(skip_draining: bool = True) -> Callable[[Any], int]:
     """The function refresh_autoscaling_coordinator runs inside Ray's AutoscalingCoordinator actor
     (ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator._AutoscalingCoordinatorActor): from then
     on its view of the nodes (its `_get_cluster_nodes`, ray.nodes by default) marks DRAINING nodes not Alive
-    (skip_draining=False puts ray.nodes back), and it looks at the nodes and reallocates now, as its 20 s `_tick`
-    would (under its `_lock`); returns how many nodes it counts. Nested functions, so that cloudpickle ships them by
+    (skip_draining=False puts ray.nodes back), and it looks at the nodes and re-reserves now, as its 20 s `_tick`
+    would (under its reentrant `_lock`: Ray 2.60's `_update_cluster_node_resources` then
+    `_refresh_resource_reservations`); returns how many nodes it counts (its `_cluster_node_resources` holds them
+    by subcluster, {label value: {node id: resources}}). Nested functions, so that cloudpickle ships them by
     value: the actor (detached, started by whichever job came first) need not import raytrain. The view falls back
     to ray.nodes() whenever the GCS does not answer in time: an exception there would end the actor's tick thread,
     which has no handler, for every job on the cluster."""
@@ -88,8 +91,8 @@ def coordinator_refresher(skip_draining: bool = True) -> Callable[[Any], int]:
         coordinator._get_cluster_nodes = nodes_not_draining if skip_draining else ray.nodes
         with coordinator._lock:
             coordinator._update_cluster_node_resources()
-            coordinator._reallocate_resources()
-            return len(coordinator._cluster_node_resources)
+            coordinator._refresh_resource_reservations()
+            return sum(len(nodes) for nodes in coordinator._cluster_node_resources.values())
 
     return refresh
 
@@ -110,6 +113,52 @@ def refresh_autoscaling_coordinator(timeout_s: float = 5.0, skip_draining: bool 
         raise RuntimeError("not connected to a Ray cluster")
     coordinator = get_or_create_autoscaling_coordinator()
     return int(ray.get(coordinator.__ray_call__.remote(coordinator_refresher(skip_draining)), timeout=timeout_s))
+
+
+def torchft_config(lighthouse_kwargs: dict) -> Any:
+    """Ray 2.60's TorchftConfig (ray/train/v2/torch/torchft_config.py) whose Lighthouse actor asks for no CPU. Ray's
+    `LighthouseServerActor` is a plain `@ray.remote` class pinned to the controller's node (hard affinity), so it
+    asks for the default 1 CPU there: on a head with no CPUs for training (the chart's, `raytrain emulate`'s) it
+    never schedules and the run fails at its start ("The node specified via NodeAffinitySchedulingStrategy doesn't
+    exist any more or is infeasible"). The Lighthouse is a small server thread (torchft's LighthouseServer).
+    Its address goes to the workers with the node's IP: torchft's own names the host (socket.gethostname()), a pod's
+    name, which other pods cannot resolve ("failed to connect to http://<host>:<port>")."""
+    from ray.train.v2.torch.torchft_config import TorchftConfig
+
+    class RaytrainTorchftConfig(TorchftConfig):
+        @property
+        def backend_cls(self):
+            return _lighthouse_without_cpu_backend()
+
+    return RaytrainTorchftConfig(lighthouse_kwargs=lighthouse_kwargs)
+
+
+def by_ip(address: str, ip: str) -> str:
+    """torchft's http://<host>:<port> with the host replaced by `ip` (bracketed when it is IPv6)."""
+    parts = urlsplit(address)
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"{parts.scheme or 'http'}://{host}" + (f":{parts.port}" if parts.port else "")
+
+
+def _lighthouse_without_cpu_backend() -> type:
+    """_TorchftBackend with `_maybe_create_lighthouse_actor` as Ray 2.60 has it, but for num_cpus=0 and an address
+    by IP (the Lighthouse runs on the controller's node, whose IP the controller knows)."""
+    import ray
+    from ray.train.v2.torch.torchft_config import LighthouseServerActor, _TorchftBackend
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    class Backend(_TorchftBackend):
+        def _maybe_create_lighthouse_actor(self, backend_config: Any) -> str:
+            if self.lighthouse_actor is None:
+                kwargs = backend_config.lighthouse_kwargs
+                self.lighthouse_actor = LighthouseServerActor.options(
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        node_id=ray.get_runtime_context().get_node_id(), soft=False),
+                ).remote(lighthouse_kwargs=kwargs if "bind" in kwargs else {"bind": "[::]:0", **kwargs})
+            return by_ip(ray.get(self.lighthouse_actor.address.remote()), ray.util.get_node_ip_address())
+
+    return Backend
 
 
 def drain_node(gcs_address: str, node_id: str, message: str, deadline_ms: int) -> tuple[bool, str]:

@@ -26,7 +26,7 @@ import yaml
 from raytrain.data import DataContext, DataSource, resolve_loader
 from raytrain.errors import ConfigError, shorten, shown
 from raytrain.rundir import storage
-from raytrain.spec import components, fsdp_units, loops, yamlfile
+from raytrain.spec import components, fsdp_units, loops, scaling_rules, yamlfile
 from raytrain.spec.components import COMPONENT_KEY, Component
 from raytrain.spec.run_options import Override, Setting, override_origin
 from raytrain.spec.sections import (
@@ -280,7 +280,7 @@ def build_config(raw: dict, source: str, origins: Optional[dict[str, str]] = Non
         try:
             loader, reason = resolve_loader(own.get("loader", loaders[0]), loaders, data_component.path, function,
                                             lambda: components.instantiate(data_component) if source_class else None,
-                                            elastic=scaling.elastic)
+                                            elastic=scaling.elastic, torchft=scaling.torchft)
         except ValueError as err:
             raise ConfigError(f"{where('data.loader')}: {err}") from None
         data = DataSection(data_component, loader, reason)
@@ -476,7 +476,9 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
                           f"reports its checkpoints itself", f"drop {key} (or set it to {default}), and shard the "
                                                              f"model inside the function")
     if s.elastic:
-        _check_elastic(cfg, fail)
+        scaling_rules.check_elastic(cfg, fail)
+    if s.torchft:
+        scaling_rules.check_torchft(cfg, fail)
     if s.strategy == "fsdp" and t.mixed_precision == "fp16":
         fail("train.mixed_precision", "fp16 with scaling.strategy fsdp needs a sharded gradient scaler, which "
              "raytrain does not provide", "use bf16 (or auto: bf16 on GPU), or scaling.strategy ddp")
@@ -499,27 +501,6 @@ def _check_values(cfg: RunConfig, where: components.Where) -> None:
         fail("run.storage_path", "is empty", "give a directory, on a cluster the shared volume such as /mnt/shared/runs")
     elif (problem := storage.url_problem(r.storage_path)) is not None:
         fail("run.storage_path", f"{r.storage_path!r}: {problem[0]}", problem[1])
-
-
-def _check_elastic(cfg: RunConfig, fail: Callable) -> None:
-    """What Ray Train's elasticity cannot do as raytrain sizes it (ray/train/v2/.../scaling_policy/elastic.py)."""
-    s = cfg.scaling
-    # Ray's AutoscalingCoordinator rounds each worker's request up to whole units and counts workers per rounded
-    # bundle: a fraction of a GPU, or 1.5 CPUs, would count fewer workers than fit, and a run raytrain sized as
-    # fitting would wait forever below min.
-    if s.use_gpu and s.gpus_per_worker != int(s.gpus_per_worker):
-        fail("scaling.gpus_per_worker", f"{s.gpus_per_worker:g} GPU per worker: an elastic run's workers count in "
-             f"whole GPUs (Ray Train's elastic policy rounds each up)", "use whole GPUs per worker, or a fixed "
-             "scaling.num_workers")
-    if s.cpus_per_worker != "auto" and float(s.cpus_per_worker) > 1 and float(s.cpus_per_worker) % 1:
-        fail("scaling.cpus_per_worker", f"{s.cpus_per_worker:g} CPUs per worker: above one CPU, an elastic run's "
-             f"workers count in whole CPUs (Ray Train's elastic policy rounds each up)", "use a whole number of "
-             "CPUs (or a share of 1 or less), or a fixed scaling.num_workers")
-    if cfg.data is not None and cfg.data.loader == "ray":
-        # Ray Data's tasks need CPUs beside the workers; raytrain keeps one free only for min workers, and a grow to
-        # max would take it.
-        fail("data.loader", "ray (Ray Data) with an elastic scaling.num_workers is not supported: the CPU its tasks "
-             "need is not kept once the run grows", "use data.loader: torch, or a fixed scaling.num_workers")
 
 
 def _check_batches(t: TrainSection, s: ScalingSection, fail: Callable) -> None:

@@ -121,6 +121,11 @@ class ScalingSection:
     fsdp_wrap: list[str] = field(default_factory=list)
     fsdp_reshard_after_forward: bool = True  # free each unit's gathered parameters after its forward (less memory)
     activation_checkpointing: bool = False  # recompute those units' activations in backward (less memory, ~1/3 slower)
+    # What a lost worker costs. restart: Ray Train stops the whole group and starts a new one from the newest
+    # checkpoint. torchft: each worker is a torchft replica group; the others go on at the next step without it and
+    # its replacement heals from a live peer (needs a fixed num_workers, ddp and data.loader torch;
+    # raytrain.worker.replicas). Checkpoints are still taken: they are what a whole job's loss resumes from.
+    fault_tolerance: Literal["restart", "torchft"] = "restart"
 
     @property
     def elastic(self) -> bool:
@@ -140,6 +145,10 @@ class ScalingSection:
     def worker_counts(self) -> range:
         """Every worker count the run may train on."""
         return range(self.min_workers, self.max_workers + 1)
+
+    @property
+    def torchft(self) -> bool:
+        return self.fault_tolerance == "torchft"
 
     def describe_workers(self) -> str:
         return f"{self.min_workers}..{self.max_workers} (elastic)" if self.elastic else str(self.num_workers)

@@ -125,7 +125,7 @@ def check_container(doc: Doc, container: dict, field: str, volumes: set[str]) ->
     image = container.get("image")
     if not image:
         out.append(doc.problem(f"{field}.image", "is empty; the API server refuses a pod container without an image.",
-                               "give the image, e.g. rayproject/ray:2.55.1"))
+                               "give the image, e.g. rayproject/ray:2.60.0"))
     elif isinstance(image, str) and any(ch.isspace() for ch in image):
         # The API server refuses leading or trailing whitespace; one inside is no image reference the kubelet pulls.
         out.append(doc.problem(f"{field}.image", f"{shown(image)} contains whitespace, which no image reference has.",

@@ -82,7 +82,7 @@ def check_local_build_image(doc: Doc) -> list[Problem]:
 
 
 def image_ray_version(image: Any) -> str | None:
-    """The Ray version an image tag names: raytrain's '<version>-ray2.55.1[-gpu]' or rayproject/ray:2.55.1[-...]."""
+    """The Ray version an image tag names: raytrain's '<version>-ray2.60.0[-gpu]' or rayproject/ray:2.60.0[-...]."""
     image = str(image or "")
     name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
     match = re.search(r"(?:^|-)ray(\d+\.\d+\.\d+)", tag)

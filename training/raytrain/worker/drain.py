@@ -2,7 +2,7 @@
 works, and the worker-side probe
 (`node_draining`) that the training step decision reads.
 
-What happens on a pod deletion (KubeRay v1.7.0 and Ray 2.55.1):
+What happens on a pod deletion (KubeRay v1.7.0 and Ray 2.60.0):
 - kubelet runs the Ray container's preStop hook, then sends SIGTERM to the container's PID 1, then SIGKILL once
   terminationGracePeriodSeconds have passed since the deletion (the hook's time counts against it).
 - PID 1 is KubeRay's generated `/bin/bash -c -- "ulimit -n 65536; ray start ... --block"` (common/pod.go BuildPod,

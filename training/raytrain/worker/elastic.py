@@ -1,6 +1,6 @@
 """Elastic runs (`scaling.num_workers: [min, max]`) on Ray Train's own elasticity, with resizes that lose no step.
 
-What Ray Train 2.55 does (Train v2: ray/train/v2/_internal/execution/scaling_policy/elastic.py ElasticScalingPolicy,
+What Ray Train 2.60 does (Train v2: ray/train/v2/_internal/execution/scaling_policy/elastic.py ElasticScalingPolicy,
 controller/controller.py):
 - a group (re)starts with as many workers as the nodes hold, capped at max; while fewer than min fit, it waits;
 - every `elastic_resize_monitor_interval_s` it looks at a running group again: when a different count fits, the
@@ -201,11 +201,11 @@ def coordinator_callback(run_dir: Path, attempt: Optional[int], refresh: bool = 
             if entering_retry:
                 # The next step decides the new group's size from the coordinator's allocation (before the old
                 # group is shut down): have it count the nodes as they are now, a drained one left out. The
-                # policy answers from its last query for GET_ALLOCATED_RESOURCES_INTERVAL_S (1 s), which may
+                # policy answers from its last query for GET_RESERVED_RESOURCES_INTERVAL_S (1 s), which may
                 # predate the refresh: wait that out, a second against Ray Train's 30 s start timeout.
                 began = time.monotonic()
                 if self._refresh():
-                    time.sleep(max(0.0, ElasticScalingPolicy.GET_ALLOCATED_RESOURCES_INTERVAL_S
+                    time.sleep(max(0.0, ElasticScalingPolicy.GET_RESERVED_RESOURCES_INTERVAL_S
                                    - (time.monotonic() - began)))
             elif isinstance(current_state, (RunningState, *retrying)) and \
                     time.monotonic() - self.refreshed >= COORDINATOR_REFRESH_S:

@@ -16,7 +16,7 @@ from raytrain.rundir.runcontrol import UNFENCED, WorkerControl
 from raytrain.spec import components, loops
 from raytrain.spec.config import config_from_dict
 from raytrain.spec.sections import RunConfig
-from raytrain.worker import elastic, raytrain_function
+from raytrain.worker import elastic, raytrain_function, replicas
 from raytrain.worker.telemetry import RunTelemetry
 
 if TYPE_CHECKING:
@@ -44,7 +44,11 @@ class RayTrainSession(Session):
         self.local_batch_size = config.batch_share(self.world_size)  # the global batch is fixed (elastic runs too)
         self._device = ray.train.torch.get_device()
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
-        torch.manual_seed(config.train.seed + self.rank)
+        # torchft's replicas start from the same weights without a copy (raytrain.worker.replicas: init_sync off)
+        torch.manual_seed(config.train.seed + (0 if config.scaling.torchft else self.rank))
+        if config.scaling.torchft:
+            self.replicas = replicas.Replicas(self.rank, self._device, replicas.replica_hostname(),
+                                              on_event=self._replica_event)
         self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size, config.train.epochs)
 
         self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.worker.drain
@@ -55,8 +59,17 @@ class RayTrainSession(Session):
     def _started(self, start_epoch: int) -> None:
         self.telemetry.started(self.run_dir, start_epoch)
 
+    def _replica_event(self, event: str, **fields) -> None:
+        """A change in the torchft quorum's size, recorded by the quorum's writer (raytrain.worker.replicas)."""
+        if self.replicas is not None and self.replicas.writer:
+            self.records.append_event(event, rank=self.rank, attempt=self.records.token, **fields)
+
     def _epoch_done(self, row: dict, local_samples: int, local_seconds: float) -> None:
         self.telemetry.epoch_end(row, local_samples, local_seconds)
+        if self.replicas is not None:
+            # Ray Train's report is a barrier over every worker, which a replica being replaced would hold; the
+            # row is in the run's records and metrics already
+            return
         import ray.train
 
         ray.train.report(row)  # every worker: Ray Train's (and Ray Tune's) view of the epoch; no checkpoint
@@ -66,6 +79,8 @@ class RayTrainSession(Session):
 
     def finished(self) -> None:
         """The loop returned: on a cluster, rank 0 lingers until the last values were exported (telemetry)."""
+        if self.replicas is not None:
+            self.replicas.shutdown()
         if self._telemetry_linger:
             self.telemetry.linger()
 
@@ -78,6 +93,8 @@ class RayTrainSession(Session):
 
         if self.config.scaling.strategy == "fsdp":
             return sharding.fully_shard_model(model, self.config, self.device, self.world_size)
+        if self.replicas is not None:  # no DDP: the replicas share gradients through torchft (sync_gradients)
+            return sharding.wrap_activation_checkpointing(model, self.config).to(self.device)
         return ray.train.torch.prepare_model(sharding.wrap_activation_checkpointing(model, self.config))
 
     def _load_datasets(self) -> dict:
@@ -93,6 +110,10 @@ class RayTrainSession(Session):
         return shards
 
     def all_reduce(self, values: list[float], op: str = "sum") -> list[float]:
+        if self.replicas is not None:
+            reduced, complete = self.replicas.all_reduce(values, op)
+            self._ft_partial = self._ft_partial or not complete
+            return reduced
         return collectives.all_reduce(values, op, self.device)
 
     def _load_newest(self, warn: Callable[[str], None]) -> Optional[checkpoints.Loaded]:

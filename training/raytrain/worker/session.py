@@ -61,13 +61,14 @@ from raytrain.spec import build
 from raytrain.spec.sections import RunConfig
 from raytrain.worker import elastic
 from raytrain.worker.datafeed import DataFeed, to_device
+from raytrain.worker.replica_steps import ReplicaSteps
 from raytrain.worker.stepcontrol import StepControl
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-class Session(ABC):
+class Session(ReplicaSteps, ABC):
     """The run contract around a training loop. Subclasses: RayTrainSession (a Ray Train worker), LocalSession."""
 
     rank: int = 0
@@ -109,11 +110,18 @@ class Session(ABC):
         self._steps: Any = None  # raytrain.worker.stepcontrol.StepControl, made by start()
         self._announced = False
         self._rows_truncated = False  # this worker group dropped the rows past its start (raytrain_function's own)
+        # scaling.fault_tolerance torchft: this worker's replica group (raytrain.worker.replicas), made by the Ray
+        # Train session; None elsewhere (raytrain.worker.replica_steps holds the rest of the state)
+        self.replicas = None
 
     # ------------------------------------------------------------------------------------------ who and where
 
     @property
     def is_rank_zero(self) -> bool:
+        """Whether this worker does rank 0's work (writes the rows, events and checkpoints). Under torchft it is
+        the first replica of the last quorum: while rank 0 is being replaced, a survivor writes them."""
+        if getattr(self, "replicas", None) is not None:
+            return self.replicas.writer
         return self.rank == 0
 
     @property
@@ -127,10 +135,13 @@ class Session(ABC):
         if self.is_rank_zero and self._resize_requested is not None:
             elastic.clear_finished(self.run_dir, self.records.token, self.control)
         if self._steps is None:
+            # torchft: every replica polls for the attempt's end itself, and the flags travel in each step's buffer
             self._steps = StepControl(self.control, every_steps=self.config.run.checkpoint_every_steps,
-                                      every_s=self.config.run.checkpoint_every_s, is_rank_zero=self.is_rank_zero,
+                                      every_s=self.config.run.checkpoint_every_s,
+                                      is_rank_zero=self.is_rank_zero or self.replicas is not None,
                                       device=self.device, node_draining=self._node_draining,
-                                      resize_requested=self._resize_requested)
+                                      resize_requested=self._resize_requested,
+                                      share=self._ft_share if self.replicas is not None else None)
 
     def _announce(self) -> None:
         """Record this worker group's start once (rank 0): at restore(), or at the first batch or report of a loop
@@ -234,6 +245,8 @@ class Session(ABC):
                    first_step: Optional[int] = None) -> Iterator:
         if source == "val":
             return self._val_batches(batches)
+        if self.replicas is not None:
+            return self._ft_train_steps(batches, epoch, replay, replay if first_step is None else first_step)
         return self._train_steps(batches, epoch, replay, replay if first_step is None else first_step)
 
     def _val_batches(self, batches: Iterator) -> Iterator:
@@ -246,13 +259,11 @@ class Session(ABC):
         finally:
             self._val_s += time.perf_counter() - began
 
-    def _train_steps(self, batches: Iterator, epoch: int, replay: int, first: int) -> Iterator:
-        """An epoch's training batches: `replay` batches the loader yields again are dropped (a loader raytrain
-        cannot position), numbering starts after the `first` already trained, at most train.max_steps_per_epoch
-        optimizer steps, and a step boundary after each optimizer step's last micro-batch."""
-        self._announce()
-        accum = self.config.train.grad_accum_steps
-        limit = self.config.train.max_steps_per_epoch * accum
+    def _kept_batches(self, batches: Iterator, replay: int, first: int) -> Iterator:
+        """The loader's batches from micro-batch `first` on: `replay` batches the loader yields again are dropped (a
+        loader raytrain cannot position), at most train.max_steps_per_epoch optimizer steps; the wait for each is
+        the data time of goodput."""
+        limit = self.config.train.max_steps_per_epoch * self.config.train.grad_accum_steps
         micro = first
         batches = iter(batches)
         index = -1
@@ -270,6 +281,16 @@ class Session(ABC):
                 continue
             if limit and micro >= limit:
                 return
+            micro += 1
+            yield batch
+
+    def _train_steps(self, batches: Iterator, epoch: int, replay: int, first: int) -> Iterator:
+        """An epoch's training batches (_kept_batches), numbered after the `first` already trained, with a step
+        boundary after each optimizer step's last micro-batch."""
+        self._announce()
+        accum = self.config.train.grad_accum_steps
+        micro = first
+        for batch in self._kept_batches(batches, replay, first):
             micro += 1
             x, y = to_device(batch, self.device)
             self._epoch_samples += len(y)
@@ -340,6 +361,10 @@ class Session(ABC):
     def restore(self, model: "nn.Module", optimizer: Any = None, **stateful: Any) -> int:
         """Load the newest checkpoint that loads into model/optimizer/stateful objects; returns the first epoch to
         train (1 when there is none). Metrics rows past the restored position are dropped: they train again."""
+        if self.replicas is not None:
+            healed_epoch = self._ft_restore(model, optimizer, stateful)
+            if healed_epoch is not None:
+                return healed_epoch
         began = time.perf_counter()
         warnings: list[str] = []
         if self.sharded:  # every worker reads its own shards, straight into model and optimizer
@@ -407,6 +432,12 @@ class Session(ABC):
         self._tracked = (model, optimizer, stateful)
         row = {"epoch": int(epoch), **{k: _plain_number(v) for k, v in metrics.items()},
                "resumed_from_epoch": self.resumed_from_epoch}
+        if self.replicas is not None:
+            # What the committed steps trained, over every replica (the loop's own count misses a lost replica's
+            # share): raytrain.worker.replicas
+            row.update(self.replicas.end_epoch(), replicas_in_sync=self.replicas.in_sync(model),
+                       replicas_partial=self._ft_partial)
+            self._ft_partial = False
         if self.is_rank_zero:
             # The row goes first: if the checkpoint below never lands, resume drops this row and retrains. Its
             # timing (rank 0's) goes to metrics.jsonl only: the trackers, Ray Train and the console take the row.
@@ -456,6 +487,13 @@ class Session(ABC):
         if self.is_rank_zero:
             self.records.append_event("diverged", message=reason, epoch=epoch, attempt=self.records.token)
         raise AttemptEnded(Ending.FAILED, reason)
+
+    def steps_before(self, epoch: int) -> int:
+        """The optimizer steps of `epoch` an earlier group trained (a mid-epoch resume, or the step a healed
+        torchft replica joins at): a loop's own step count of the epoch starts after them."""
+        if epoch != (self.resumed_from_epoch or 0) + 1:
+            return 0
+        return self._resume_step // self.config.train.grad_accum_steps
 
     def log_step(self, epoch: int, step: int, metrics: Mapping[str, Any]) -> None:
         """A per-step row in steps.jsonl (rank 0's values; run.log_every_steps sets how often the built-in loop

@@ -54,11 +54,15 @@ class StepControl:
     def __init__(self, control: Control, *, every_steps: int, every_s: float,
                  is_rank_zero: bool, device: "torch.device",
                  node_draining: Optional[Callable[[], bool]] = None,
-                 resize_requested: Optional[Callable[[], Optional[dict]]] = None):
+                 resize_requested: Optional[Callable[[], Optional[dict]]] = None,
+                 share: Optional[Callable[[list[float]], list[float]]] = None):
         """control: rank 0 polls it for the attempt's end; node_draining: probed by every worker at each decision;
         true on any of them makes all of them checkpoint at that step and end the group (Ending.DRAINING);
         resize_requested: rank 0 polls it with control (raytrain.worker.elastic.pending): a request ends the group
-        (Ending.RESIZING) after the checkpoint; the request is kept in `resize_request` for rank 0's answer."""
+        (Ending.RESIZING) after the checkpoint; the request is kept in `resize_request` for rank 0's answer.
+        share: how the flags reach every worker, instead of an all_reduce over torch.distributed's default group
+        (torchft's replicas send them with their next step: raytrain.worker.session._ft_share)."""
+        self.share = share
         self.control = control
         self.node_draining = node_draining
         self.resize_requested = resize_requested
@@ -124,7 +128,9 @@ class StepControl:
         import torch
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
+        if self.share is not None:
+            flags = self.share(flags)
+        elif dist.is_available() and dist.is_initialized():
             tensor = torch.tensor(flags, dtype=torch.float32, device=self.device)
             dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
             flags = tensor.tolist()

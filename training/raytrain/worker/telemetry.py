@@ -11,10 +11,10 @@ Nothing here runs per training step: the worker's raytrain.Session (so a user's 
 it only counts the samples of `batches("train")`. Restarts and resumes are counted from the run's events.jsonl
 (the durable record), not from in-process counters that a restarted worker would lose.
 
-Ray (2.55, OpenTelemetry) exports a gauge value once: a worker sends the values set since its last report, and the
-node's metrics agent forgets a gauge value once a scrape has read it. A value set once per epoch would reach
-Prometheus as a lone sample (and be lost if that scrape times out), so a daemon thread sets the last values again
-every REFRESH_S seconds, inside the report interval (1 s for raytrain's workers on a cluster:
+Ray (OpenTelemetry) exports what a worker set since its last report, and the node's metrics agent keeps a gauge
+value for twice the export interval (Ray 2.60, ray-project/ray#64633; 2.55 forgot it once a scrape had read it). A
+value set once per epoch would reach Prometheus for a few seconds only (or not at all if those scrapes time out), so
+a daemon thread sets the last values again every REFRESH_S seconds, inside the report interval (1 s for raytrain's workers on a cluster:
 WORKER_REPORT_INTERVAL_MS): a few dozen calls a second, off the training thread. Each report must reach the agent
 within half the interval (Ray's core worker gives its exporter that timeout): a node so loaded that its agent
 answers slower loses the reports, so a shorter interval trades robustness for freshness.
@@ -43,6 +43,8 @@ GAUGES = {
     "raytrain_last_checkpoint_timestamp_seconds": ("Unix time of the run's newest checkpoint", False),
     "raytrain_restarts": ("Worker-group starts of this run beyond the first (failures, re-submissions)", False),
     "raytrain_resumes": ("Worker-group starts of this run that resumed from a checkpoint", False),
+    # scaling.fault_tolerance torchft (raytrain.worker.replicas): below num_workers while a lost worker is replaced
+    "raytrain_replicas": ("The fewest torchft replicas a committed step of the last epoch had", False),
     # The run's goodput (raytrain.rundir.goodput, what `raytrain report` shows), as of its newest epoch
     "raytrain_goodput_ratio": ("Productive training time over the run's wall time, all attempts, as of its newest "
                                "epoch", False),
@@ -164,7 +166,8 @@ class RunTelemetry:
         self._set("raytrain_epoch", row["epoch"])
         # A user's loop reports what it has: each gauge is set only from a number in the row.
         for key, gauge in (("train_loss", "raytrain_train_loss"), ("samples_per_s", "raytrain_samples_per_second"),
-                           ("val_loss", "raytrain_val_loss"), ("val_accuracy", "raytrain_val_accuracy")):
+                           ("val_loss", "raytrain_val_loss"), ("val_accuracy", "raytrain_val_accuracy"),
+                           ("replicas_min", "raytrain_replicas")):
             value = row.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._set(gauge, value)
