@@ -33,8 +33,9 @@ ENVIRONMENT_USES = {
     ("driver/raytrainer.py", "RayTrainer.train"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (and an elastic run's "
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S) for Ray Train's controller",
     ("driver/tune.py", "_sweep"): "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S for the trials' controllers",
-    # A Ray worker never runs cli.py: it reads the interval Ray itself runs on (RAY_metrics_report_interval_ms).
-    # The core's engineer routes it from the driver (issue #30 item 6); remove this entry with that change.
+    # A Ray worker never runs cli.py: it reads the interval Ray itself runs on (RAY_metrics_report_interval_ms), which
+    # the driver sets through Ray Train's worker runtime env (driver/raytrainer.py build_trainer). It stays: the
+    # worker's linger must wait for the interval its own Ray runs on, whoever set it.
     ("worker/telemetry.py", "report_interval_s"): "Ray's metrics report interval, on a Ray worker",
     # Where the user cache lives (the XDG convention, as Path.home() reads HOME); cli.py passes nothing else.
     ("validator/crds.py", "cache_dir"): "XDG_CACHE_HOME and HOME: the KubeRay CRDs' user cache",

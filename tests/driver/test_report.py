@@ -168,6 +168,22 @@ def test_an_elastic_runs_resizes_are_marked(tmp_path):
     assert matplotlib.image.imread(png).shape[1] > 1000
 
 
+def test_a_torchft_runs_lost_replicas_and_heals_are_summed_up(tmp_path):
+    run_dir = runrecords.run_dir_of(str(tmp_path), "ft")
+    records = runrecords.Records(run_dir)
+    records.write_config(dump_yaml(load_config("digits", ["run.name=ft", "scaling.fault_tolerance=torchft"])))
+    records.append_event("start", start_epoch=1, resumed_from_epoch=None, world_size=2)
+    for epoch, (fewest, most) in enumerate([(2, 2), (1, 2), (1, 1), (1, 2), (2, 2)], start=1):
+        records.append_metrics({"epoch": epoch, "train_loss": 1.0, "samples": 1438, "samples_per_s": 1000.0,
+                                "epoch_s": 1.0, "replicas_min": fewest, "replicas_max": most})
+    records.append_event("healed", rank=1, epoch=4, step=5, from_step=300)
+    lines = summary_lines(load_runs([run_dir])[0])
+    assert "  replicas (torchft): 3 epoch(s) with fewer than 2 (as few as 1); 1 replacement(s) healed from a live " \
+           "peer" in lines
+    whole = make_run(tmp_path, "whole", 2)  # a run without replicas says nothing of them
+    assert not [line for line in summary_lines(load_runs([whole])[0]) if "replicas" in line]
+
+
 def function_run(storage, name, rows):
     """A Ray Train function's run directory (raytrain.worker.raytrain_function) holding `rows`."""
     run_dir = runrecords.run_dir_of(str(storage), name)

@@ -125,3 +125,19 @@ def test_the_torchft_backend_raytrain_copies_is_the_pinned_rays():
     assert hasattr(LighthouseServerActor, "options") and _TorchftBackend.has_replica_groups
     config = rayinternals.torchft_config({"min_replicas": 1})
     assert issubclass(config.backend_cls, _TorchftBackend) and config.lighthouse_kwargs == {"min_replicas": 1}
+
+
+def test_the_token_auth_notice_of_an_embedded_ray_is_quiet_and_nothing_else(caplog):
+    """Ray 2.60 warns on every local ray.init() that it turned token auth on: raytrain keeps that off its console
+    (the logger and the words are the pinned Ray's), and every other line of that logger through."""
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as setup
+
+    assert "Token authentication is enabled for this Ray cluster" in inspect.getsource(setup._warn_token_auth_enabled)
+    rayinternals.quiet_token_auth_notice()
+    logger = logging.getLogger(setup.__name__)
+    with caplog.at_level(logging.WARNING, logger=setup.__name__):
+        setup._warn_token_auth_enabled()
+        logger.warning("Token authentication is disabled for this Ray cluster.")
+    assert [r.getMessage()[:40] for r in caplog.records] == ["Token authentication is disabled for thi"]

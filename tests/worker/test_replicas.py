@@ -130,6 +130,8 @@ def test_two_replicas_average_by_samples_commit_and_a_late_one_heals_from_its_pe
         # both hold the same parameters
         _both(lambda: trained(a, ma, 1.0, 2.0), lambda: trained(c, mc, 3.0, 2.0))
         assert 1 in states and all(torch.equal(p, q) for p, q in zip(ma.parameters(), mc.parameters()))
+        # exactly one writer at every step of the join (the survivor: the joining one decides nothing while healing)
+        assert a.writer and not c.writer
         assert _both(lambda: a.in_sync(ma), lambda: c.in_sync(mc)) == [True, True]
         assert _both(lambda: a.all_reduce([1.0, 2.0], "sum"), lambda: c.all_reduce([3.0, 4.0], "sum")) == \
             [([4.0, 6.0], True), ([4.0, 6.0], True)]
@@ -138,36 +140,35 @@ def test_two_replicas_average_by_samples_commit_and_a_late_one_heals_from_its_pe
         a.shutdown()
 
 
-def test_a_step_with_no_samples_anywhere_changes_no_gradient_and_counts_no_step(lighthouse):
-    a = _replica(0, lighthouse, [])
-    try:
-        m = _model(1)
-        a.state_fn, a.load_fn = (lambda: {"model": m.state_dict()}), (lambda heal: None)
-        a.quorum()
-        before = [None if p.grad is None else p.grad.clone() for p in m.parameters()]
-        result = a.reduce(list(m.parameters()), 0.0, 0)
-        assert result.committed and result.samples == 0
-        assert [p.grad for p in m.parameters()] == before  # none: nothing was trained
-        assert a.epoch.row()["replica_steps"] == 0
-    finally:
-        a.shutdown()
+@pytest.fixture
+def alone(lighthouse):
+    """One replica of its own quorum, with a model, its state bound."""
+    a, m = _replica(0, lighthouse, []), _model(1)
+    a.state_fn, a.load_fn = (lambda: {"model": m.state_dict()}), (lambda heal: None)
+    yield a, m
+    a.shutdown()
 
 
-def test_flags_travel_with_the_next_step_and_come_back_summed(lighthouse):
-    a = _replica(0, lighthouse, [])
-    try:
-        m = _model(2)
-        a.state_fn, a.load_fn = (lambda: {"model": m.state_dict()}), (lambda heal: None)
-        a.share_flags([0.0, 1.0, 0.0, 1.0, 0.0, 0.0])  # a stop request seen between steps
-        a.quorum()
-        for p in m.parameters():
-            p.grad = torch.zeros_like(p)
-        result = a.reduce(list(m.parameters()), 1.0, 1)
-        assert result.flags[1] == 1.0 and result.flags[0] == 0.0
-        a.quorum()
-        assert a.reduce(list(m.parameters()), 1.0, 1).flags[1] == 0.0  # sent once, with one committed step
-    finally:
-        a.shutdown()
+def test_a_step_with_no_samples_anywhere_changes_no_gradient_and_counts_no_step(alone):
+    a, m = alone
+    a.quorum()
+    before = [None if p.grad is None else p.grad.clone() for p in m.parameters()]
+    result = a.reduce(list(m.parameters()), 0.0, 0)
+    assert result.committed and result.samples == 0
+    assert [p.grad for p in m.parameters()] == before  # none: nothing was trained
+    assert a.epoch.row()["replica_steps"] == 0
+
+
+def test_flags_travel_with_the_next_step_and_come_back_summed(alone):
+    a, m = alone
+    a.share_flags([0.0, 1.0, 0.0, 1.0, 0.0, 0.0])  # a stop request seen between steps
+    a.quorum()
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)
+    result = a.reduce(list(m.parameters()), 1.0, 1)
+    assert result.flags[1] == 1.0 and result.flags[0] == 0.0
+    a.quorum()
+    assert a.reduce(list(m.parameters()), 1.0, 1).flags[1] == 0.0  # sent once, with one committed step
 
 
 @pytest.mark.parametrize("address, ip, expected", [
@@ -202,3 +203,43 @@ def test_under_torchft_a_stop_reaches_every_replica_but_a_drain_ends_only_its_ow
     assert Session._ft_share(me, [0.0] * 6)[4] == 0.0  # a peer's drain does not end this one
     me._ft_result = replicas.StepResult(False, 0.0, 2, flags=[1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     assert Session._ft_share(me, [0.0] * 6) == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]  # an uncommitted step decides nothing
+
+
+def test_the_writer_stays_with_the_survivor_while_rank_0_rejoins_and_then_moves_back():
+    """Replicas.quorum's writer rule with a scripted Manager: rank 1 wrote while rank 0 was lost; the replacement of
+    rank 0 heals at two quorums in a row; every step has exactly one writer."""
+
+    class Scripted:
+        def __init__(self, replica, script):
+            self.replica, self.script = replica, iter(script)
+
+        def start_quorum(self):
+            self.now = next(self.script)
+            if self.now[2]:
+                self.replica._load({"model": {}})
+
+        def num_participants(self):
+            return self.now[0]
+
+        def participating_rank(self):
+            return self.now[1]
+
+        def current_step(self):
+            return 7
+
+    def replica(rank, writer, participants, script):
+        made = object.__new__(replicas.Replicas)
+        made.rank, made.on_event, made.load_fn, made.healed = rank, None, None, None
+        made.writer, made.participants, made._joining = writer, participants, 0
+        made._manager = Scripted(made, script)
+        return made
+
+    # (participants, participating rank, heals): the replacement joins, heals again, then both train
+    survivor = replica(1, True, 1, [(2, 1, False), (2, 1, False), (2, 1, False), (2, 1, False)])
+    joining = replica(0, True, 0, [(2, 0, True), (2, 0, True), (2, 0, False), (2, 0, False)])
+    writers = []
+    for _ in range(4):
+        survivor.quorum()
+        joining.quorum()
+        writers.append((survivor.writer, joining.writer))
+    assert writers == [(True, False), (True, False), (False, True), (False, True)]

@@ -26,7 +26,7 @@ from raytrain.errors import LaunchError
 from raytrain.lifecycle.endings import AttemptEnded, Ending
 from raytrain.loop import show_rows
 from raytrain.platform import rayinternals
-from raytrain.platform.rayinternals import quiet_ray_thread_warning
+from raytrain.platform.rayinternals import quiet_ray_thread_warning, quiet_token_auth_notice
 from raytrain.rundir import console, layout, runrecords, storage, workerlogs
 from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
@@ -83,6 +83,7 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
     if code_dir is not None:
         paths = [str(code_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    quiet_token_auth_notice()  # Ray 2.60 turns token auth on for an embedded Ray, and says so on every start
     # address="local" always starts a new embedded Ray, even if another local cluster is running.
     try:
         ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)

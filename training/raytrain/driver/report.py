@@ -218,6 +218,14 @@ def summary_lines(run: RunData) -> list[str]:
     lines.append("  " + goodput_line(run))
     if run.resizes:
         lines.append("  workers: " + ", ".join(map(_resize_text, run.resizes)))
+    heals = [e for e in run.events if e.get("event") == "healed"]
+    fewest = [row["replicas_min"] for row in run.rows if isinstance(row.get("replicas_min"), int)]
+    if fewest:  # scaling.fault_tolerance torchft (raytrain.worker.replicas): lost replicas and their replacements
+        full = max(int(row.get("replicas_max") or 0) for row in run.rows)
+        short = sum(1 for n in fewest if n < full)
+        if heals or short:
+            lines.append(f"  replicas (torchft): {short} epoch(s) with fewer than {full} (as few as {min(fewest)}); "
+                         f"{len(heals)} replacement(s) healed from a live peer")
     if run.result and run.result.get("error"):
         lines.append("  error: " + run.result["error"][:160])
     if not run.rows:

@@ -35,6 +35,15 @@ def quiet_ray_thread_warning() -> None:
         lambda record: "SIGTERM handler is not set" not in record.getMessage())
 
 
+def quiet_token_auth_notice() -> None:
+    """A new local ray.init() turns token auth on by default (Ray 2.59 and later: a token in ~/.ray/auth_token) and
+    warns that it did (logger ray._private.authentication.authentication_token_setup) on every start: the secure
+    default raytrain wants, not news on an embedded run's console. (Setting RAY_AUTH_MODE=token ourselves instead
+    leaves Ray's C++ token loader unset in this process: the driver is refused by its own GCS.)"""
+    logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+        lambda record: "Token authentication is enabled for this Ray cluster" not in record.getMessage())
+
+
 def this_node() -> Optional[tuple[str, Path]]:
     """(this worker's Ray node id in hex, its session directory), or None outside a connected Ray worker
     (ray._private.worker.global_worker.node.get_session_dir_path)."""

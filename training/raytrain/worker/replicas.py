@@ -147,8 +147,9 @@ class Replicas:
         # Whether this replica writes the run's records and checkpoints: rank 0 until the first quorum, then the
         # quorum's first replica (torchft ranks a quorum's replicas by their ids, raytrain_<rank>)
         self.writer = rank == 0
+        self._joining = 0  # quorums left in which a replica that joined may still be healing
         self._pending_flags = [0.0] * FLAGS
-        self.manager = Manager(
+        self._manager_args = dict(
             pg=self.pg, load_state_dict=self._load, state_dict=self._state, min_replica_size=1,
             use_async_quorum=False,  # a joining replica heals before its step, and takes part in it
             timeout=timeout, quorum_timeout=timedelta(seconds=QUORUM_TIMEOUT_S), rank=0, world_size=1,
@@ -161,7 +162,18 @@ class Replicas:
             init_sync=False,
             **where,
         )
+        self._manager: Any = None
+        self._manager_cls = Manager
         self._torch = torch
+
+    @property
+    def manager(self) -> Any:
+        """torchft's Manager, made at the first quorum (the loop's restore), not with the session: from then on it
+        heartbeats to the Lighthouse, which waits for a live member that has not asked for a quorum yet (up to
+        JOIN_TIMEOUT_MS), so a replacement still building its model must not hold its peers back."""
+        if self._manager is None:
+            self._manager = self._manager_cls(**self._manager_args)
+        return self._manager
 
     # ------------------------------------------------------------------------------------------ heal
 
@@ -181,7 +193,16 @@ class Replicas:
         self.healed = None
         self.manager.start_quorum()
         participants = self.manager.num_participants()
-        self.writer = self.manager.participating_rank() == 0
+        # The writer moves to the quorum's first replica, but not while a replica joins: a joining one heals at two
+        # quorums in a row (its restore, then heal_again), where it does not decide on checkpoints; the replicas
+        # that were there keep what they had until both have passed, so that someone writes at those steps.
+        if participants > self.participants:
+            self._joining = 2
+        if self.healed is not None:
+            self.writer = False
+        elif not self._joining:
+            self.writer = self.manager.participating_rank() == 0
+        self._joining = max(self._joining - 1, 0)
         if participants != self.participants and self.on_event is not None and self.participants:
             self.on_event("replicas", participants=participants, previous=self.participants,
                           step=self.manager.current_step())
@@ -278,8 +299,10 @@ class Replicas:
 
     def shutdown(self) -> None:
         """Leave the quorum (a replica that returned must not hold the others' next quorum back)."""
+        if self._manager is None:
+            return
         try:
-            self.manager.shutdown(wait=False)
+            self._manager.shutdown(wait=False)
         except Exception:  # noqa: BLE001 - the worker is ending anyway
             pass
 
