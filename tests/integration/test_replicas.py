@@ -121,3 +121,31 @@ def test_a_killed_torchft_job_resumes_from_its_newest_checkpoint(tmp_path):
     assert restored and restored[-1]["checkpoint"] == kept[-1] and restored[-1]["epoch"] >= 2, (restored, kept)
     checks.assert_run_completed(directory, EPOCHS)
     assert all(row["replicas_in_sync"] is True for row in checks.read_jsonl(directory / "metrics.jsonl"))
+
+
+def test_ray_trains_own_torchft_example_runs_under_raytrain_with_its_checkpoints_committed(tmp_path):
+    """A Ray Train function that uses torchft itself: Ray 2.60's torchft_linear_example (its Manager, torchft's DDP
+    and optimizer), with one change, the model's state written into the directory it reports (the example reports
+    an empty one, which raytrain refuses: nothing would be restored from it). Under scaling.fault_tolerance torchft
+    raytrain gives Ray Train the TorchftConfig, and the writer commits the reported checkpoint alone."""
+    from ray.train.v2.examples.pytorch import torchft_linear_example as example
+
+    from tests.support import checks
+
+    source = Path(example.__file__).read_text()
+    reported = "                with tempfile.TemporaryDirectory() as temp_checkpoint_dir:\n"
+    assert source.count(reported) == 1, "Ray's example changed: update this test"
+    saved = (reported + '                    torch.save({"model": model.module.state_dict(), "step": step}, '
+             'Path(temp_checkpoint_dir) / "state.pt")\n')
+    (tmp_path / "ftexample.py").write_text(source.replace(reported, saved))
+    (tmp_path / "job.yaml").write_text(
+        "loop:\n  _component_: ftexample.train_func\n  train_loop_config: {num_steps: 40, report_interval: 20}\n"
+        "scaling: {num_workers: 2, fault_tolerance: torchft}\n")
+    done = subprocess.run([sys.executable, "-m", "raytrain.cli", "run", "job.yaml", "--name", "ftex", "--storage",
+                           str(tmp_path / "runs")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    directory = tmp_path / "runs" / "ftex"
+    rows = checks.read_jsonl(directory / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [20, 40], rows
+    newest = sorted(directory.glob("checkpoint_*"))[-1]
+    assert (newest / "data" / "state.pt").is_file(), sorted(p.name for p in newest.rglob("*"))

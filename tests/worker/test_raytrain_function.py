@@ -166,15 +166,22 @@ def test_a_ray_train_function_with_its_train_loop_config_needs_no_model_or_data(
     assert cfg.train.batch_size == 64
 
 
-def test_torchft_for_a_ray_train_function_is_refused_before_ray_starts(project):
+def test_a_ray_train_function_may_run_with_torchft_but_not_on_fsdp(project):
+    """A function that uses torchft itself (Ray's torchft example) gets Ray Train's TorchftConfig under
+    scaling.fault_tolerance torchft; what torchft cannot go with is refused as for a Session loop."""
     from raytrain.spec.config import ConfigError
 
+    cfg = load_config(write(project, """
+        loop: {_component_: rt_funcs.train_func}
+        scaling: {num_workers: 2, fault_tolerance: torchft}
+    """))
+    assert loops.is_ray_train_loop(cfg) and cfg.scaling.torchft
     with pytest.raises(ConfigError) as caught:
         load_config(write(project, """
             loop: {_component_: rt_funcs.train_func}
-            scaling: {num_workers: 2, fault_tolerance: torchft}
+            scaling: {num_workers: [1, 2], fault_tolerance: torchft}
         """))
-    assert "scaling.fault_tolerance" in str(caught.value) and "Fix: use a raytrain.Session loop" in str(caught.value)
+    assert "scaling.fault_tolerance" in str(caught.value) and "give scaling.num_workers one count" in str(caught.value)
 
 
 def test_no_parameter_or_a_named_one_with_train_loop_config_and_none_given_at_all(project):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from raytrain.spec import loops
 from raytrain.spec.sections import RunConfig
 
 
@@ -31,10 +30,6 @@ def check_torchft(cfg: RunConfig, fail: Callable) -> None:
         fail(key, "torchft with run.checkpointer sharded is not supported: a replica that is being replaced would "
                   "hold back every worker's shard of a checkpoint", "set run.checkpointer: file (or auto), or "
                   "fault_tolerance: restart")
-    if loops.TRAIN_LOOP_CONFIG in cfg.loop.kwargs:
-        fail(key, "torchft for a Ray Train function (loop.train_loop_config) is not built yet: raytrain's "
-                  "ray.train.report synchronizes every worker, which a missing replica would stall", "use a "
-                  "raytrain.Session loop (or the built-in one) with torchft, or fault_tolerance: restart")
 
 
 def check_elastic(cfg: RunConfig, fail: Callable) -> None:

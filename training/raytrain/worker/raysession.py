@@ -46,7 +46,7 @@ class RayTrainSession(Session):
         torch.set_num_threads(torch_threads(config, cpus_per_worker))
         # torchft's replicas start from the same weights without a copy (raytrain.worker.replicas: init_sync off)
         torch.manual_seed(config.train.seed + (0 if config.scaling.torchft else self.rank))
-        if config.scaling.torchft:
+        if config.scaling.torchft and not loops.is_ray_train_loop(config):  # a function runs its own Manager
             self.replicas = replicas.Replicas(self.rank, self._device, replicas.replica_hostname(),
                                               on_event=self._replica_event)
         self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size, config.train.epochs)
@@ -58,6 +58,11 @@ class RayTrainSession(Session):
 
     def _started(self, start_epoch: int) -> None:
         self.telemetry.started(self.run_dir, start_epoch)
+
+    def _ft_group_barrier(self) -> None:
+        import ray.train.collective
+
+        ray.train.collective.barrier()
 
     def _replica_event(self, event: str, **fields) -> None:
         """A change in the torchft quorum's size, recorded by the quorum's writer (raytrain.worker.replicas)."""

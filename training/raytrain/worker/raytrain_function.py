@@ -50,6 +50,7 @@ worker context (use `raytrain run`, which starts an embedded Ray on the machine)
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,8 +99,11 @@ class Bridge:
         """Choose the newest complete checkpoint (rank 0 verifies it and names it to the others); drop metrics rows
         past it (they are trained again); number the reports on from it."""
         session = self.session
-        chosen = collectives.broadcast_from_rank0(self._newest_verified() if session.is_rank_zero else None,
-                                                  session.rank)
+        if session.config.scaling.torchft:  # every worker is a replica group of its own: each finds the newest itself
+            chosen = self._newest_verified()
+        else:
+            chosen = collectives.broadcast_from_rank0(self._newest_verified() if session.is_rank_zero else None,
+                                                      session.rank)
         if chosen is not None:
             self.offer = session.run_dir / chosen
             self.offer_position = checkpoints.position_of(self.offer)
@@ -168,6 +172,13 @@ class Bridge:
                *args: Any, **kwargs: Any) -> None:
         self._announce()
         session = self.session
+        if session.config.scaling.torchft and "torchft.manager" not in sys.modules:
+            # Ray Train's TorchftConfig gives every worker a process group of its own: without a torchft Manager
+            # of the function's, each would train a model of its own
+            raise RaytrainError(f"scaling.fault_tolerance is torchft but the Ray Train function {session.config.loop.path}"
+                                f" does not use torchft: every worker would train alone. Fix: set scaling."
+                                f"fault_tolerance: restart, or build the function on torchft's Manager (as Ray's "
+                                f"torchft_linear_example does)")
         metrics = dict(metrics or {})
         reported = metrics.get("epoch")
         epoch = reported if isinstance(reported, int) and not isinstance(reported, bool) else self.next_count
@@ -193,7 +204,8 @@ class Bridge:
                 session._steps.checkpointed()
             session._checkpointed()
         self.began = time.perf_counter()
-        self.real_report(metrics)  # Ray Train's and Ray Tune's view; the files stay raytrain's
+        if not session.config.scaling.torchft:  # Ray's report is a barrier over every worker, which a missing
+            self.real_report(metrics)  # replica would hold. Ray Train's and Ray Tune's view; the files stay raytrain's
         if session._steps is None:
             return
         decision = session._steps.decide(at_epoch_end=True)
@@ -226,6 +238,10 @@ class Bridge:
         they were copied in) before rank 0 commits, its manifest last. A checkpoint that cannot be committed whole
         is refused on every worker alike (CheckpointRefused): nothing of it is committed."""
         session = self.session
+        if session.config.scaling.torchft and not session.is_rank_zero:
+            # torchft: the replicas hold the same state (the function's Manager heals them), and a missing one must
+            # not hold a commit back: the writer's reported files are the checkpoint, committed by it alone
+            return None
         # Rank 0's report names the checkpoint and its position (the others may report other metrics).
         name, epoch = collectives.broadcast_from_rank0(
             (checkpoints.checkpoint_dir_name(position), position.epoch) if session.is_rank_zero else None, session.rank)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Optional
 
+from raytrain.rundir import runrecords
 from raytrain.spec import build
 from raytrain.worker.datafeed import to_device
 
@@ -32,6 +33,7 @@ class ReplicaSteps:
     rank: int
     config: Any
     records: Any
+    run_dir: Any
     resumed_from_epoch: Optional[int]
     _resume_step: int
     _announced: bool
@@ -49,6 +51,9 @@ class ReplicaSteps:
     def _step_done(self, epoch: int, micro: int) -> None: ...
 
     def _started(self, start_epoch: int) -> None: ...
+
+    def _ft_group_barrier(self) -> None:
+        """Every worker of a starting group waits for the others (Ray Train's barrier on the Ray Train session)."""
 
     def _ft_train_steps(self, batches: Iterator, epoch: int, replay: int, first: int) -> Iterator:
         """_train_steps under torchft (raytrain.worker.replicas): each optimizer step starts with the replicas'
@@ -160,6 +165,12 @@ class ReplicaSteps:
         to train then. None: no peer is ahead (the group's start, or a whole job's restart): restore from storage."""
         self._tracked = (model, optimizer, stateful)
         self._bind_replicas(model, optimizer, stateful)
+        if not any(e.get("event") == "start" and e.get("attempt") == self.records.token
+                   for e in runrecords.read_events(self.run_dir)):
+            # A worker group starting: its replicas join the first quorum together. Without this, the first to get
+            # here would train alone while the others still build their models, and heal them in (their shards'
+            # first steps untrained). A replacement finds its group's start recorded and joins at once.
+            self._ft_group_barrier()
         began = time.perf_counter()
         self._ft_step, self._ft_result = {"samples": 0.0, "micro": 0}, None
         heal = self.replicas.quorum()
