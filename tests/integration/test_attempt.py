@@ -20,7 +20,7 @@ import pytest
 
 from raytrain.cluster import localcluster
 from raytrain.rundir import lease as leases
-from tests.support import checks
+from tests.support import checks, podloss
 
 pytestmark = pytest.mark.integration
 
@@ -102,8 +102,7 @@ def driver_log(run_dir: Path, pid: int) -> Path:
 
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        podloss.kill_session(proc)
 
 
 def test_a_sigkilled_holder_is_taken_over_after_the_stated_time_and_its_ray_stops(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import torch
 from raytrain import models
 from raytrain.checkpoint import checkpoints
 from raytrain.rundir import layout
-from tests.support import checks
+from tests.support import checks, podloss
 
 pytestmark = pytest.mark.integration
 
@@ -62,11 +61,7 @@ def kill_during_a_write(storage: Path, run_dir: Path, tries: int = 3, timeout: f
             else:
                 raise AssertionError("no checkpoint write was ever seen in flight")
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:  # it had ended (the assertion above says how)
-                pass
-            proc.wait()
+            podloss.kill_session(proc)  # a no-op for one that had ended (the assertion above says how)
         torn = [p.name for p in staging if p.exists()]
         if torn:
             return torn

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 
 from raytrain.checkpoint import checkpoints
 from raytrain.rundir import layout, runrecords, storage
-from tests.support import checks
+from tests.support import checks, podloss
 
 pytestmark = pytest.mark.integration
 
@@ -55,12 +54,10 @@ def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_
         time.sleep(1.5)
         assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < 3, "the run ended before its kill"
         newest_before = checkpoints.position_of(checkpoints.newest_complete(run_dir))
-        os.killpg(driver.pid, signal.SIGKILL)  # the driver and its embedded Ray: a lost head pod
-        driver.wait()
+        podloss.kill_session(driver)  # the driver and its embedded Ray: a lost head pod
     finally:
         if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+            podloss.kill_session(driver)
     bucket = s3_prefix.split("/")[2]
     torn_before = [p.name for p in checkpoints.staging_dirs(run_dir)]
 

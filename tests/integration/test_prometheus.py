@@ -206,6 +206,9 @@ def test_every_dashboard_panel_has_data_for_a_run_on_a_real_ray_node(prometheus,
     assert last("ray_raytrain_train_loss") == pytest.approx(rows[-1]["train_loss"])
     assert last("ray_raytrain_val_accuracy") == pytest.approx(rows[-1]["val_accuracy"])
     assert last("ray_raytrain_restarts") == 0 and last("ray_raytrain_resumes") == 0
+    [start] = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()
+               if json.loads(line)["event"] == "start"]
+    assert last("ray_raytrain_training_workers") == start["world_size"] > 0  # no torchft: the whole group
     # The run's goodput as of its last epoch: all done, a share of the time trained, every cause exported
     assert last("ray_raytrain_progress_percent") == 100 and last("ray_raytrain_time_left_seconds") == 0
     assert 0 < last("ray_raytrain_goodput_ratio") <= 1

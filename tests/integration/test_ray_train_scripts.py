@@ -24,6 +24,7 @@ import pytest
 
 from raytrain.checkpoint import checkpoints
 from raytrain.rundir import runrecords
+from tests.support import podloss
 
 pytestmark = pytest.mark.integration
 
@@ -63,8 +64,7 @@ def wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, at_least: int, ti
 
 def stop_group(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        podloss.kill_session(proc)
 
 
 def assert_checkpoints_sound(run_dir: Path, keep: int) -> list[Path]:

@@ -11,8 +11,6 @@ The whole job killed instead (its driver and embedded Ray) resumes from its newe
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -94,12 +92,13 @@ def test_a_killed_worker_pod_is_healed_from_its_peer_and_no_step_goes_back(tmp_p
 def test_a_killed_torchft_job_resumes_from_its_newest_checkpoint(tmp_path):
     """The whole job lost (its driver and the embedded Ray SIGKILLed): running it again resumes from the newest
     checkpoint, as without torchft."""
-    from tests.support import checks
+    from tests.support import checks, podloss
 
     storage = tmp_path / "runs"
+    epochs = 6  # the kill comes after the second: 4 left to resume (the default model: seconds an epoch)
     command = [sys.executable, "-m", "raytrain.cli", "run", "linear", "--name", "ft", "--storage", str(storage),
                "--set", "scaling.fault_tolerance=torchft", "--set", "scaling.num_workers=2",
-               "--set", f"train.epochs={EPOCHS}", "--set", f"data.num_samples={SAMPLES}",
+               "--set", f"train.epochs={epochs}", "--set", "data.num_samples=2048",
                "--set", "run.checkpoint_every=1"]
     directory = storage / "ft"
     first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -110,8 +109,7 @@ def test_a_killed_torchft_job_resumes_from_its_newest_checkpoint(tmp_path):
             assert first.poll() is None and time.monotonic() < deadline, (first.stdout.read() if first.stdout else "")
             time.sleep(0.2)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray it started: the whole job at once
-        first.wait(60)
+        podloss.kill_session(first)  # the driver and the Ray it started: the whole job at once
     kept = sorted(p.name for p in directory.glob("checkpoint_*"))
     assert kept, "no checkpoint was committed before the kill"
     again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -119,7 +117,7 @@ def test_a_killed_torchft_job_resumes_from_its_newest_checkpoint(tmp_path):
     events = checks.read_jsonl(directory / "events.jsonl")
     restored = [e for e in events if e["event"] == "restored"]
     assert restored and restored[-1]["checkpoint"] == kept[-1] and restored[-1]["epoch"] >= 2, (restored, kept)
-    checks.assert_run_completed(directory, EPOCHS)
+    checks.assert_run_completed(directory, epochs)
     assert all(row["replicas_in_sync"] is True for row in checks.read_jsonl(directory / "metrics.jsonl"))
 
 

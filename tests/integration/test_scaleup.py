@@ -64,7 +64,9 @@ def scaled_to_zero():
     config = Path(temp_dir) / "autoscaling.json"
     config.write_text(json.dumps(autoscaling_config(address)))
     ray_bin = str(Path(sys.executable).parent / "ray")
-    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+    # RAY_AUTH_MODE=disabled: a head pod without a token (`ray start` turns auth on when it finds ~/.ray/auth_token,
+    # which an embedded run elsewhere on this machine writes; a client given an address never sends it unasked).
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
            "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID}
     try:
         subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={temp_dir}",

@@ -99,6 +99,33 @@ def test_rays_own_log_lines_stay_in_rays_logs(tmp_path, streams):
     assert not handler.filters  # the note-taking filter is removed with the copy
 
 
+def test_a_print_through_ray_trains_print_patch_is_copied_once(tmp_path, streams):
+    """Ray Train 2.60's patched print (the pinned Ray's own function) writes to a wrapped sys.stdout and logs the same
+    message to the root logger: the copy keeps it once; a root-logger line of its own and a repeat print stay."""
+    from ray.train.v2._internal.logging.patch_print import redirected_print
+
+    streams = streams()
+    handler = logging._StderrHandler()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    old_level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        copy = workerlogs.RankOutput(tmp_path, 1, interval_s=3600).start()
+        redirected_print("rank 0 trained epoch", 0)
+        redirected_print("rank 0 trained epoch", 0)
+        logging.getLogger().info("logged, not printed")
+        redirected_print("no newline", end="")
+        redirected_print("")
+        copy.stop()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    assert workerlogs.log_path(tmp_path, 1).read_text() == \
+        "rank 0 trained epoch 0\nrank 0 trained epoch 0\nlogged, not printed\nno newline\n"
+    assert streams[0].getvalue().count("rank 0 trained epoch 0") == 2  # still written where it went
+
+
 def test_a_copy_that_cannot_be_written_says_so_once_and_printing_goes_on(tmp_path, streams):
     streams = streams()
     copy = workerlogs.RankOutput(tmp_path, 1, interval_s=3600).start()

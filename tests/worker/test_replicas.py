@@ -121,8 +121,11 @@ def test_two_replicas_average_by_samples_commit_and_a_late_one_heals_from_its_pe
             c.heal_again()  # what the session does after its first step: its peer stepped, it could not
             return result
 
+        a.end_epoch()  # counting from here: the steps of the join
         got = _both(survivor, replacement)
         assert got[0].committed and got[1].committed and got[1].participants == 2
+        # in the quorum of two, only the survivor trained: the step counts one replica and its samples
+        assert a.epoch.row()["replicas_max"] == 1 and a.epoch.samples == 2.0 * a.epoch.committed
         heal = states.pop(1)
         assert heal.state["position"] == {"epoch": 3, "micro": 7} and heal.step >= 2
         assert got[0].samples == 2.0 and not c.writer and a.writer
@@ -130,6 +133,7 @@ def test_two_replicas_average_by_samples_commit_and_a_late_one_heals_from_its_pe
         # both hold the same parameters
         _both(lambda: trained(a, ma, 1.0, 2.0), lambda: trained(c, mc, 3.0, 2.0))
         assert 1 in states and all(torch.equal(p, q) for p, q in zip(ma.parameters(), mc.parameters()))
+        assert a.epoch.row()["replicas_max"] == 2  # both trained in that one
         # exactly one writer at every step of the join (the survivor: the joining one decides nothing while healing)
         assert a.writer and not c.writer
         assert _both(lambda: a.in_sync(ma), lambda: c.in_sync(mc)) == [True, True]

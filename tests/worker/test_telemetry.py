@@ -53,6 +53,16 @@ def test_calls_outside_a_ray_worker_do_not_fail(tmp_path):
     telemetry.checkpointed()
 
 
+def test_training_workers_are_the_group_or_torchfts_fewest_replicas():
+    """Every run exports how many workers its last epoch's steps had: the group's size, or under torchft the row's
+    fewest replicas in a quorum (a lost one being replaced)."""
+    telemetry = RunTelemetry("r", 0, 32, world_size=4)
+    telemetry.epoch_end({"epoch": 1, "train_loss": 0.5}, 0, 0.0)
+    assert telemetry._last[("raytrain_training_workers", (("run", "r"),))][0] == 4
+    telemetry.epoch_end({"epoch": 2, "train_loss": 0.5, "replicas_min": 3, "replicas_max": 4}, 0, 0.0)
+    assert telemetry._last[("raytrain_training_workers", (("run", "r"),))][0] == 3
+
+
 def test_rank_0_exports_the_runs_goodput_by_cause_and_its_progress_from_the_records(tmp_path):
     """What the dashboard's goodput panels show is goodput.read of the run's records: every cause (they sum to the
     wall time), the ratio, the percent done and the time left; a run directory that cannot be read exports nothing

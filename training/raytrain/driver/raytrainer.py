@@ -77,8 +77,10 @@ def connect_ray(address: Optional[str], runtime_env: Optional[dict] = None,
                      runtime_env=runtime_env or None)
         except Exception as err:  # anything ray.init raises here is the cluster not answering, not raytrain's bug
             raise LaunchError(f"cannot join the Ray cluster at {address}: {root_cause(err)}. Fix: check that the "
-                              f"cluster is up and reachable (and RAY_AUTH_TOKEN where it uses token auth), or leave "
-                              f"--address out to train on an embedded local Ray.") from None
+                              f"cluster is up and reachable, and where it uses token auth set RAY_AUTH_MODE=token with "
+                              f"RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (Ray sends ~/.ray/auth_token to an address "
+                              f"only with RAY_AUTH_MODE=token), or leave --address out to train on an embedded "
+                              f"local Ray.") from None
         return f"joined Ray cluster at {address}"
     if code_dir is not None:
         paths = [str(code_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]

@@ -69,6 +69,22 @@ def pids_mentioning(text: str) -> list[int]:
             if pid != os.getpid() and any(text in part for part in cmd)]
 
 
+def session_pids(sid: int) -> list[int]:
+    """Processes of session `sid` (a process started with start_new_session=True leads one): also those that left
+    its process group, as Ray 2.60's workers do (each in a group of its own)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:  # state, ppid, pgrp, session
+            found.append(int(entry))
+    return found
+
+
 def netns_pids(netns: str) -> list[int]:
     result = sh("ip", "netns", "pids", netns, check=False)
     return [int(p) for p in result.stdout.split()] if result.returncode == 0 else []

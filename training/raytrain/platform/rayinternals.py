@@ -142,11 +142,15 @@ def torchft_config(lighthouse_kwargs: dict) -> Any:
     return RaytrainTorchftConfig(lighthouse_kwargs=lighthouse_kwargs)
 
 
+def url_host(ip: str) -> str:
+    """`ip` as the host of a URL: bracketed when it is IPv6."""
+    return f"[{ip}]" if ":" in ip else ip
+
+
 def by_ip(address: str, ip: str) -> str:
-    """torchft's http://<host>:<port> with the host replaced by `ip` (bracketed when it is IPv6)."""
+    """torchft's http://<host>:<port> with the host replaced by `ip`."""
     parts = urlsplit(address)
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"{parts.scheme or 'http'}://{host}" + (f":{parts.port}" if parts.port else "")
+    return f"{parts.scheme or 'http'}://{url_host(ip)}" + (f":{parts.port}" if parts.port else "")
 
 
 def _lighthouse_without_cpu_backend() -> type:

@@ -70,21 +70,38 @@ def failure_path(run_dir: Path, attempt: Optional[int], rank: int = 0) -> Path:
 
 
 class _RayRecords(logging.Filter):
-    """On Ray's console handlers: notes each record that is not the program's own as it is emitted, so that the
-    copy leaves its line in Ray's logs only: Ray's own loggers' (`ray`, `ray.*`: Ray Train's "Moving model to
-    device"), and the INFO and DEBUG records of libraries, which Ray Train's root logger at INFO lets through
-    (botocore's "Found credentials" as rank 0 writes to S3). print() (the root logger's records, in Ray Train) and
-    any logger's warnings and errors are copied. Ray's console handler writes a record in one write (message and
-    newline), in this thread, right after its filters pass."""
+    """On Ray's console handlers: notes each record that is not to be copied as it is emitted, so that its line
+    stays in Ray's logs only:
+    - Ray's own loggers' (`ray`, `ray.*`: Ray Train's "Moving model to device"), and the INFO and DEBUG records of
+      libraries, which Ray Train's root logger at INFO lets through (botocore's "Found credentials" as rank 0
+      writes to S3);
+    - the root logger's record of a print() already copied from sys.stdout: Ray Train's print patch (2.60,
+      ray/train/v2/_internal/logging/patch_print.py) writes a print to sys.stdout itself when sys.stdout is not
+      sys.__stdout__ (as while this copy runs) and then logs the same message to the root logger, whose handler
+      writes it to sys.stderr: copied twice without this.
+    print() and any logger's warnings and errors are copied once. Ray's console handler writes a record in one write
+    (message and newline), in this thread, right after its filters pass."""
 
     def __init__(self) -> None:
         super().__init__()
         self.local = threading.local()
 
+    def note_stdout(self, text: str) -> None:
+        """Keeps the end of what this thread last wrote to sys.stdout (print writes its text and its end apart)."""
+        self.local.stdout = (getattr(self.local, "stdout", "") + text)[-(2 * MAX_LINE_CHARS):]
+
     def filter(self, record: logging.LogRecord) -> bool:
-        ray_record = record.name == "ray" or record.name.startswith("ray.")
-        chatter = record.name != "root" and record.levelno < logging.WARNING
-        self.local.message = record.getMessage() if ray_record or chatter else None
+        if getattr(self.local, "record", None) is not record:  # once per record, whatever its handlers
+            ray_record = record.name == "ray" or record.name.startswith("ray.")
+            chatter = record.name != "root" and record.levelno < logging.WARNING
+            message = record.getMessage()
+            printed = getattr(self.local, "stdout", "")
+            self.local.stdout = ""
+            echo = record.name == "root" and record.levelno == logging.INFO and bool(printed) \
+                and printed.rstrip("\n").endswith(message)
+            self.local.record = record
+            self.local.skipped = message if ray_record or chatter or echo else None
+        self.local.message = self.local.skipped
         return True
 
     def is_ray_line(self, text: str) -> bool:
@@ -97,10 +114,12 @@ class _RayRecords(logging.Filter):
 class _Tee:
     """A text stream that writes to `original` and hands the same text to `sink`."""
 
-    def __init__(self, original: TextIO, sink: "RankOutput"):
-        self._original, self._sink = original, sink
+    def __init__(self, original: TextIO, sink: "RankOutput", stdout: bool = False):
+        self._original, self._sink, self._stdout = original, sink, stdout
 
     def write(self, text: str) -> int:
+        if self._stdout:
+            self._sink.ray_records.note_stdout(text)
         if not self._sink.ray_records.is_ray_line(text):
             self._sink.take(text)
         return self._original.write(text)
@@ -156,7 +175,8 @@ class RankOutput:
                         and handler not in self._filtered:
                     handler.addFilter(self.ray_records)
                     self._filtered.append(handler)
-        sys.stdout, sys.stderr = _Tee(sys.stdout, self), _Tee(sys.stderr, self)  # type: ignore[assignment]
+        sys.stdout = _Tee(sys.stdout, self, stdout=True)  # type: ignore[assignment]
+        sys.stderr = _Tee(sys.stderr, self)  # type: ignore[assignment]
         self._thread = threading.Thread(target=self._run, name="raytrain-rank-output", daemon=True)
         self._thread.start()
         _active.append(self)

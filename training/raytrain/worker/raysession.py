@@ -49,7 +49,8 @@ class RayTrainSession(Session):
         if config.scaling.torchft and not loops.is_ray_train_loop(config):  # a function runs its own Manager
             self.replicas = replicas.Replicas(self.rank, self._device, replicas.replica_hostname(),
                                               on_event=self._replica_event)
-        self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size, config.train.epochs)
+        self.telemetry = RunTelemetry(config.run.name, self.rank, self.local_batch_size, config.train.epochs,
+                                      self.world_size)
 
         self._node_draining = node_draining  # a deleted pod's preStop hook drains its node: see raytrain.worker.drain
         if config.scaling.elastic and lease_token:

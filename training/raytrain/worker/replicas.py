@@ -24,8 +24,8 @@ What this module does on each worker (`Replicas`, made by the session):
 - other numbers (an epoch's sums) all-reduce over the process group of the last quorum (`all_reduce`): a peer lost
   in between leaves the numbers of the replicas that are left, said in the epoch's row (`replicas_partial`).
 
-The records (rank 0's metrics row, and events): how many replicas each epoch's steps had (`replicas_min`,
-`replicas_max`), the steps committed and trained again, the samples the committed steps trained (`samples`), whether
+The records (rank 0's metrics row, and events): how many replicas trained in each epoch's steps (`replicas_min`,
+`replicas_max`: a joining replica's first step, in which it trains nothing, counts its peers only), the steps committed and trained again, the samples the committed steps trained (`samples`), whether
 every replica held the same parameters at the epoch's end (`replicas_in_sync`), and an event for each heal and for
 each change in the quorum's size.
 
@@ -41,6 +41,8 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from raytrain.platform.rayinternals import url_host
 
 if TYPE_CHECKING:
     import torch
@@ -75,14 +77,14 @@ class EpochReplicas:
     samples: float = 0.0  # samples trained by the committed steps, over every replica that took part
     committed: int = 0  # optimizer steps committed
     retried: int = 0  # steps that did not commit and were trained again
-    smallest: int = 0  # the fewest and most replicas a committed step had
+    smallest: int = 0  # the fewest and most replicas that trained in a committed step
     largest: int = 0
 
-    def add(self, participants: int, samples: float) -> None:
+    def add(self, trained_by: int, samples: float) -> None:
         self.samples += samples
         self.committed += 1
-        self.smallest = participants if not self.smallest else min(self.smallest, participants)
-        self.largest = max(self.largest, participants)
+        self.smallest = trained_by if not self.smallest else min(self.smallest, trained_by)
+        self.largest = max(self.largest, trained_by)
 
     def state_dict(self) -> dict:
         return dict(self.__dict__)
@@ -247,7 +249,8 @@ class Replicas:
             return result
         self._pending_flags = [0.0] * FLAGS
         if total > 0:  # a step no replica trained anything in (a joining replica's first) is not the loop's
-            self.epoch.add(self.participants, total)
+            # the replicas that trained in it: a joining one takes part in its first step's quorum with nothing
+            self.epoch.add(int(round(trained_by)), total)
         offset = 0
         for p, g in zip(params, grads):
             n = g.numel()
@@ -315,6 +318,6 @@ def replica_hostname() -> str:
         ip = ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - outside Ray: the host's name, as torchft would
         return socket.gethostname()
-    return f"[{ip}]" if ":" in ip else ip  # torchft writes http://<hostname>:<port>
+    return url_host(ip)  # torchft writes http://<hostname>:<port>
 
 

@@ -43,8 +43,10 @@ GAUGES = {
     "raytrain_last_checkpoint_timestamp_seconds": ("Unix time of the run's newest checkpoint", False),
     "raytrain_restarts": ("Worker-group starts of this run beyond the first (failures, re-submissions)", False),
     "raytrain_resumes": ("Worker-group starts of this run that resumed from a checkpoint", False),
-    # scaling.fault_tolerance torchft (raytrain.worker.replicas): below num_workers while a lost worker is replaced
-    "raytrain_replicas": ("The fewest torchft replicas a committed step of the last epoch had", False),
+    # Every run: the worker group's size (an elastic run's changes); under scaling.fault_tolerance torchft
+    # (raytrain.worker.replicas) the fewest replicas in a committed step's quorum, below it while one is replaced
+    "raytrain_training_workers": ("Workers whose gradients every committed step of the last epoch had (torchft: the "
+                                  "fewest replicas in a step's quorum)", False),
     # The run's goodput (raytrain.rundir.goodput, what `raytrain report` shows), as of its newest epoch
     "raytrain_goodput_ratio": ("Productive training time over the run's wall time, all attempts, as of its newest "
                                "epoch", False),
@@ -80,11 +82,12 @@ def exported_names() -> list[str]:
 class RunTelemetry:
     """One per Ray Train worker: cheap calls at start, epoch end and checkpoint."""
 
-    def __init__(self, run_name: str, rank: int, per_worker_batch_size: int, epochs: int = 0):
+    def __init__(self, run_name: str, rank: int, per_worker_batch_size: int, epochs: int = 0, world_size: int = 0):
         from ray.util.metrics import Counter, Gauge
 
         self.rank_zero = rank == 0
         self.epochs = epochs
+        self.world_size = world_size
         self.run_dir: Optional[Path] = None
         self._goodput_due = threading.Event()  # an epoch ended: the refresh thread reads the run's goodput
         self._exporting = False  # the refresh thread is reading it
@@ -166,11 +169,15 @@ class RunTelemetry:
         self._set("raytrain_epoch", row["epoch"])
         # A user's loop reports what it has: each gauge is set only from a number in the row.
         for key, gauge in (("train_loss", "raytrain_train_loss"), ("samples_per_s", "raytrain_samples_per_second"),
-                           ("val_loss", "raytrain_val_loss"), ("val_accuracy", "raytrain_val_accuracy"),
-                           ("replicas_min", "raytrain_replicas")):
+                           ("val_loss", "raytrain_val_loss"), ("val_accuracy", "raytrain_val_accuracy")):
             value = row.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._set(gauge, value)
+        replicas = row.get("replicas_min")  # torchft's rows say it; elsewhere every step had the whole group
+        if isinstance(replicas, (int, float)) and not isinstance(replicas, bool):
+            self._set("raytrain_training_workers", replicas)
+        elif self.world_size > 0:
+            self._set("raytrain_training_workers", self.world_size)
         self._goodput_due.set()
 
     def linger(self) -> None:
