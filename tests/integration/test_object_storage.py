@@ -24,16 +24,17 @@ pytestmark = pytest.mark.integration
 
 RAYTRAIN = [sys.executable, "-m", "raytrain.cli"]
 TTL_S = 10
+EPOCHS = 4  # the kill comes in the second or third: a refused second start takes seconds, an epoch 2-3 s alone
 ARGS = ["--set", "data.num_samples=12000", "--set", "run.checkpoint_every_steps=100",  # ~500 steps an epoch
-        "--set", "run.keep_checkpoints=3", "--set", "train.epochs=3"]
+        "--set", "run.keep_checkpoints=3", "--set", f"train.epochs={EPOCHS}"]
 
 
 def raytrain(storage_url: str, *args: str) -> list[str]:
     return [*RAYTRAIN, "run", "linear", "--storage", storage_url, "--name", "s3run", *ARGS, *args]
 
 
-# Alone: it kills the run mid-epoch 3 after a refused second start, a race another test's load decides (on two xdist
-# workers the run once finished its 3 epochs before the kill).
+# Alone: it kills the run mid-epoch after a refused second start, a race another test's load decides (on two xdist
+# workers the run once finished its epochs before the kill).
 @pytest.mark.serial
 def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_resumes(s3_server, s3_prefix):
     env = {**os.environ, "RAYTRAIN_LEASE_TTL_S": str(TTL_S)}
@@ -52,7 +53,7 @@ def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_
         assert "started embedded Ray" not in second.stdout  # refused before Ray starts
         # mid-epoch, with a checkpoint every ~100 steps in flight (staged locally, then uploaded, manifest last)
         time.sleep(1.5)
-        assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < 3, "the run ended before its kill"
+        assert driver.poll() is None and max(checks.metrics_epochs(run_dir)) < EPOCHS, "the run ended before its kill"
         newest_before = checkpoints.position_of(checkpoints.newest_complete(run_dir))
         podloss.kill_session(driver)  # the driver and its embedded Ray: a lost head pod
     finally:
@@ -69,9 +70,9 @@ def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_
     start = checks.starts(run_dir)[-1]
     assert (start["resumed_from_epoch"], start.get("resumed_at_step") or 0) >= (newest_before.epoch,
                                                                                  newest_before.step), start
-    checks.assert_run_completed(run_dir, 3)  # each epoch's row once: rows past the restored step were dropped
+    checks.assert_run_completed(run_dir, EPOCHS)  # each epoch's row once: rows past the restored step were dropped
     samples = [row["samples"] for row in runrecords.read_metrics(run_dir)]
-    assert samples == [samples[0]] * 3, samples  # no step lost or trained twice across the kill
+    assert samples == [samples[0]] * EPOCHS, samples  # no step lost or trained twice across the kill
     # nothing torn or staged is left in the bucket, and what the kill left torn (if anything) was named and removed
     assert checkpoints.staging_dirs(run_dir) == []
     keys = s3_server.keys(bucket)
@@ -83,4 +84,4 @@ def test_a_run_on_s3_refuses_a_second_start_survives_sigkill_mid_checkpoint_and_
     assert any(key.startswith("runs/s3run/driver-logs/") for key in keys)  # the resumed driver's log, uploaded
     history = [(r["status"], r["attempt"]) for r in runrecords.read_jsonl(run_dir / layout.RESULTS_HISTORY_FILE)]
     assert history == [("succeeded", 2)]
-    assert json.loads((checkpoints.newest_complete(run_dir) / checkpoints.META_FILE).read_text())["epoch"] == 3
+    assert json.loads((checkpoints.newest_complete(run_dir) / checkpoints.META_FILE).read_text())["epoch"] == EPOCHS

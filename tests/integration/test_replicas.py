@@ -126,6 +126,7 @@ def test_ray_trains_own_torchft_example_runs_under_raytrain_with_its_checkpoints
     and optimizer), with one change, the model's state written into the directory it reports (the example reports
     an empty one, which raytrain refuses: nothing would be restored from it). Under scaling.fault_tolerance torchft
     raytrain gives Ray Train the TorchftConfig, and the writer commits the reported checkpoint alone."""
+    import torch
     from ray.train.v2.examples.pytorch import torchft_linear_example as example
 
     from tests.support import checks
@@ -144,6 +145,11 @@ def test_ray_trains_own_torchft_example_runs_under_raytrain_with_its_checkpoints
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     directory = tmp_path / "runs" / "ftex"
     rows = checks.read_jsonl(directory / "metrics.jsonl")
-    assert [row["step"] for row in rows] == [20, 40], rows
+    # The example reports where its own replica's torchft step count is a multiple of 20, and at the end. A replica
+    # healed from its peer past step 20 (a quorum that came late on a loaded machine) never sees 20, so rank 0, the
+    # writer, may hold the last report alone: its rows are what it reported, numbered on
+    assert [row["step"] for row in rows] in ([20, 40], [40]), rows
+    assert [row["epoch"] for row in rows] == list(range(1, len(rows) + 1)), rows
     newest = sorted(directory.glob("checkpoint_*"))[-1]
     assert (newest / "data" / "state.pt").is_file(), sorted(p.name for p in newest.rglob("*"))
+    assert torch.load(newest / "data" / "state.pt", weights_only=True)["step"] == 40  # the last report's model

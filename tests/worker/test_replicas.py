@@ -247,3 +247,15 @@ def test_the_writer_stays_with_the_survivor_while_rank_0_rejoins_and_then_moves_
         joining.quorum()
         writers.append((survivor.writer, joining.writer))
     assert writers == [(True, False), (True, False), (False, True), (False, True)]
+
+    # A starting group whose rank 1 reached the first quorum alone (rank 0 still building its model): rank 1 writes
+    # from that first quorum on (the group's start event is its), while rank 0 heals in twice; then rank 0 again.
+    first = replica(1, False, 0, [(1, 0, False), (2, 0, False), (2, 0, False), (2, 1, False)])
+    late = replica(0, True, 0, [(2, 0, True), (2, 0, True), (2, 0, False)])
+    first.quorum()
+    writers = [(first.writer, None)]
+    for _ in range(3):
+        first.quorum()
+        late.quorum()
+        writers.append((first.writer, late.writer))
+    assert writers == [(True, None), (True, False), (True, False), (False, True)]

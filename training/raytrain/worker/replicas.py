@@ -198,7 +198,7 @@ class Replicas:
         # The writer moves to the quorum's first replica, but not while a replica joins: a joining one heals at two
         # quorums in a row (its restore, then heal_again), where it does not decide on checkpoints; the replicas
         # that were there keep what they had until both have passed, so that someone writes at those steps.
-        if participants > self.participants:
+        if participants > self.participants and self.participants:  # not at this replica's first quorum
             self._joining = 2
         if self.healed is not None:
             self.writer = False
