@@ -9,12 +9,10 @@ import threading
 from datetime import timedelta
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torchft")
-
-from raytrain.platform.rayinternals import by_ip  # noqa: E402
-from raytrain.worker import replicas  # noqa: E402
+from raytrain.platform.rayinternals import by_ip
+from raytrain.worker import replicas
 
 
 @pytest.fixture

@@ -7,22 +7,31 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def proc_table() -> dict[int, tuple[int, float, list[str]]]:
-    """pid -> (parent pid, start time in clock ticks, command line), read from /proc (no psutil needed)."""
-    table = {}
+def _stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command name: state, ppid, pgrp, session, ...) of each process."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        table[int(entry)] = (int(fields[1]), float(fields[19]), [c.decode(errors="replace") for c in cmdline if c])
+        yield int(entry), stat[stat.rindex(")") + 2:].split()
+
+
+def proc_table() -> dict[int, tuple[int, float, list[str]]]:
+    """pid -> (parent pid, start time in clock ticks, command line), read from /proc (no psutil needed)."""
+    table = {}
+    for pid, fields in _stats():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        table[pid] = (int(fields[1]), float(fields[19]), [c.decode(errors="replace") for c in cmdline if c])
     return table
 
 
@@ -72,17 +81,7 @@ def pids_mentioning(text: str) -> list[int]:
 def session_pids(sid: int) -> list[int]:
     """Processes of session `sid` (a process started with start_new_session=True leads one): also those that left
     its process group, as Ray 2.60's workers do (each in a group of its own)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[3]) == sid:  # state, ppid, pgrp, session
-            found.append(int(entry))
-    return found
+    return [pid for pid, fields in _stats() if int(fields[3]) == sid]
 
 
 def netns_pids(netns: str) -> list[int]:

@@ -25,9 +25,10 @@ What this module does on each worker (`Replicas`, made by the session):
   in between leaves the numbers of the replicas that are left, said in the epoch's row (`replicas_partial`).
 
 The records (rank 0's metrics row, and events): how many replicas trained in each epoch's steps (`replicas_min`,
-`replicas_max`: a joining replica's first step, in which it trains nothing, counts its peers only), the steps committed and trained again, the samples the committed steps trained (`samples`), whether
-every replica held the same parameters at the epoch's end (`replicas_in_sync`), and an event for each heal and for
-each change in the quorum's size.
+`replicas_max`: a joining replica's first step, in which it trains nothing, counts its peers only), the steps
+committed and trained again, the samples the committed steps trained (`samples`), whether every replica held the
+same parameters at the epoch's end (`replicas_in_sync`), and an event for each heal and for each change in the
+quorum's size.
 
 May import: errors
 """

@@ -44,9 +44,9 @@ GAUGES = {
     "raytrain_restarts": ("Worker-group starts of this run beyond the first (failures, re-submissions)", False),
     "raytrain_resumes": ("Worker-group starts of this run that resumed from a checkpoint", False),
     # Every run: the worker group's size (an elastic run's changes); under scaling.fault_tolerance torchft
-    # (raytrain.worker.replicas) the fewest replicas in a committed step's quorum, below it while one is replaced
+    # (raytrain.worker.replicas) the fewest replicas that trained in a committed step, below it while one is replaced
     "raytrain_training_workers": ("Workers whose gradients every committed step of the last epoch had (torchft: the "
-                                  "fewest replicas in a step's quorum)", False),
+                                  "fewest replicas that trained in a step)", False),
     # The run's goodput (raytrain.rundir.goodput, what `raytrain report` shows), as of its newest epoch
     "raytrain_goodput_ratio": ("Productive training time over the run's wall time, all attempts, as of its newest "
                                "epoch", False),
